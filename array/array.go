@@ -1,0 +1,403 @@
+// Package array is kvarray's virtual key-value device: one key space over N
+// devices, each value stored with a reliability mechanism chosen by mode
+// (standalone: one mechanism; hybrid: by value size; custom: per call).
+//
+// Invariants:
+//   - Placement is stateless: split s of user key u has its primary on
+//     device (hash(u)+s) mod N, and the mechanism's other pieces on the next
+//     devices in the circular order fixed at creation. That order is
+//     recorded in the array header on every device and checked at open.
+//   - Operations on one key are serialised in submission order (sync and
+//     async alike); operations on different keys run concurrently.
+//   - Every piece carries the write version of the store that wrote it; a
+//     read assembles a value only from pieces of one version, and returns
+//     an error rather than wrong bytes.
+//   - A value larger than what the mechanism holds on one device is stored
+//     as several splits with the same mechanism; split 0's header gives the
+//     split count, and the store that shrinks a value removes the excess.
+package array
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/internal/hlc"
+	"github.com/kvarray/kvarray/internal/keylock"
+	"github.com/kvarray/kvarray/mechanism"
+)
+
+// Errors callers branch on. Errors returned by the array wrap these (or the
+// device sentinels) with the key and device concerned.
+var (
+	// ErrNotFound: the key does not exist.
+	ErrNotFound = device.ErrNotFound
+	// ErrKeyTooLong, ErrKeyTooShort, ErrValueTooLarge: the request is
+	// outside the array's limits; nothing was written.
+	ErrKeyTooLong    = device.ErrKeyTooLong
+	ErrKeyTooShort   = device.ErrKeyTooShort
+	ErrValueTooLarge = device.ErrValueTooLarge
+	// ErrDataLoss: too many pieces of the value are lost or corrupt.
+	ErrDataLoss = mechanism.ErrDataLoss
+	// ErrUnavailable: the devices that could hold the key do not answer,
+	// so whether it exists cannot be known.
+	ErrUnavailable = errors.New("unavailable")
+	// ErrUnknownMechanism: a mechanism name or id that is not configured.
+	ErrUnknownMechanism = errors.New("unknown mechanism")
+	// ErrClosed: the array was closed.
+	ErrClosed = errors.New("array closed")
+)
+
+// Mode selects how the array picks a value's mechanism.
+type Mode int
+
+// Modes.
+const (
+	// Standalone stores everything with the default mechanism and skips
+	// the read before write.
+	Standalone Mode = iota
+	// Hybrid picks the mechanism by value size (Rules) and reads the
+	// primary before every store to find the previous mechanism.
+	Hybrid
+)
+
+func (m Mode) String() string {
+	if m == Hybrid {
+		return "hybrid"
+	}
+	return "standalone"
+}
+
+// ParseMode parses "standalone" or "hybrid".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "standalone":
+		return Standalone, nil
+	case "hybrid":
+		return Hybrid, nil
+	}
+	return 0, fmt.Errorf("mode %q: want standalone or hybrid", s)
+}
+
+// Rule maps values of at most Max bytes (0: any size) to a mechanism.
+type Rule struct {
+	Max int64
+	RM  string
+}
+
+// DefaultMaxValue is the largest user value accepted by default.
+const DefaultMaxValue = 1 << 30
+
+type options struct {
+	mode        Mode
+	def         string
+	rules       []Rule
+	factories   []mechanism.Factory
+	maxValue    int64
+	parallelism int
+}
+
+// Option configures Open and Create.
+type Option func(*options)
+
+// WithMode sets the mode (default Standalone).
+func WithMode(m Mode) Option { return func(o *options) { o.mode = m } }
+
+// WithDefault names the default mechanism: the one used in standalone mode,
+// and in hybrid mode for sizes no rule covers. Default: the first
+// mechanism given.
+func WithDefault(name string) Option { return func(o *options) { o.def = name } }
+
+// WithRules sets hybrid mode's size rules; the first rule whose Max fits
+// the value wins. Ignored in standalone mode.
+func WithRules(r ...Rule) Option { return func(o *options) { o.rules = r } }
+
+// WithMechanisms adds mechanisms; every mechanism that may have written a
+// value in the array must be configured to read it back.
+func WithMechanisms(f ...mechanism.Factory) Option {
+	return func(o *options) { o.factories = append(o.factories, f...) }
+}
+
+// WithMaxValue sets the largest user value accepted (default 1 GiB).
+func WithMaxValue(n int64) Option { return func(o *options) { o.maxValue = n } }
+
+// WithParallelism bounds the splits of one huge value in flight at once,
+// and the asynchronous operations in flight (default 8 and 64×8).
+func WithParallelism(n int) Option { return func(o *options) { o.parallelism = n } }
+
+// Array is the virtual device. It is safe for concurrent use.
+type Array struct {
+	env      *mechanism.Env
+	devs     []device.Device
+	hdr      header
+	hdrMu    sync.Mutex
+	mixed    bool // guarded by hdrMu; see flagMixed
+	o        options
+	mechs    []mechanism.Mechanism
+	byRM     map[format.RM]mechanism.Mechanism
+	byName   map[string]mechanism.Mechanism
+	def      mechanism.Mechanism
+	maxWidth int
+	locks    *keylock.Table
+	clock    hlc.Clock
+	async    chan struct{} // semaphore bounding async operations
+	reasons  []error       // why each device was failed at open
+
+	closeMu sync.RWMutex
+	closed  bool
+	wg      sync.WaitGroup // async operations in flight
+}
+
+func build(devs []device.Device, opts []Option) (*Array, error) {
+	o := options{maxValue: DefaultMaxValue, parallelism: 8}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(devs) == 0 {
+		return nil, errors.New("array: no devices")
+	}
+	if len(devs) > 1<<16-1 {
+		return nil, fmt.Errorf("array: %d devices, at most 65535", len(devs))
+	}
+	if len(o.factories) == 0 {
+		return nil, errors.New("array: no mechanisms configured")
+	}
+	if o.parallelism < 1 {
+		o.parallelism = 1
+	}
+	names, limits := describe(devs)
+	a := &Array{
+		env:    mechanism.NewEnv(devs, names, limits),
+		devs:   devs,
+		o:      o,
+		byRM:   map[format.RM]mechanism.Mechanism{},
+		byName: map[string]mechanism.Mechanism{},
+		locks:  keylock.New(),
+		async:  make(chan struct{}, 64*o.parallelism),
+	}
+	if limits.MaxKeyLen-format.KeyOverhead < 1 {
+		return nil, fmt.Errorf("array: devices take keys of at most %d bytes, too short for %d bytes of split number and kind", limits.MaxKeyLen, format.KeyOverhead)
+	}
+	for _, f := range o.factories {
+		m, err := f(a.env)
+		if err != nil {
+			return nil, fmt.Errorf("array: %w", err)
+		}
+		if _, dup := a.byRM[m.RM()]; dup {
+			return nil, fmt.Errorf("array: mechanism %s configured twice", m.Name())
+		}
+		a.mechs = append(a.mechs, m)
+		a.byRM[m.RM()] = m
+		a.byName[m.Name()] = m
+		a.maxWidth = max(a.maxWidth, m.Width())
+	}
+	a.def = a.mechs[0]
+	if o.def != "" {
+		m, ok := a.byName[o.def]
+		if !ok {
+			return nil, fmt.Errorf("array: default mechanism %q: %w", o.def, ErrUnknownMechanism)
+		}
+		a.def = m
+	}
+	for _, r := range o.rules {
+		if _, ok := a.byName[r.RM]; !ok {
+			return nil, fmt.Errorf("array: rule for values up to %d bytes names mechanism %q: %w", r.Max, r.RM, ErrUnknownMechanism)
+		}
+	}
+	return a, nil
+}
+
+// describe returns the devices' names and their tightest common limits.
+// A device that cannot answer Info does not constrain the limits.
+func describe(devs []device.Device) ([]string, device.Limits) {
+	names := make([]string, len(devs))
+	var l device.Limits
+	for i, d := range devs {
+		info, err := d.Info(context.Background())
+		names[i] = info.Name
+		if names[i] == "" {
+			names[i] = fmt.Sprintf("dev%d", i)
+		}
+		if err != nil {
+			continue
+		}
+		if l.MaxKeyLen == 0 || info.MaxKeyLen < l.MaxKeyLen {
+			l.MaxKeyLen = info.MaxKeyLen
+		}
+		if l.MaxValueLen == 0 || info.MaxValueLen < l.MaxValueLen {
+			l.MaxValueLen = info.MaxValueLen
+		}
+		l.MinKeyLen = max(l.MinKeyLen, info.MinKeyLen)
+	}
+	return names, l.WithDefaults()
+}
+
+// Create makes a new array on devs, which must all be reachable and hold no
+// array header, and returns it open.
+func Create(ctx context.Context, devs []device.Device, opts ...Option) (*Array, error) {
+	a, err := build(devs, opts)
+	if err != nil {
+		return nil, err
+	}
+	hs, errs := readHeaders(ctx, a.env)
+	for i := range devs {
+		switch {
+		case errs[i] == nil:
+			return nil, fmt.Errorf("array: create: device %d (%s) already belongs to array %s", i, a.env.Name(i), hs[i].id)
+		case !errors.Is(errs[i], device.ErrNotFound):
+			return nil, fmt.Errorf("array: create: %w", errs[i])
+		}
+	}
+	a.hdr = header{id: newID(), n: len(devs)}
+	if err := writeHeaders(ctx, a.env, a.hdr, a.allDevs()); err != nil {
+		return nil, fmt.Errorf("array: create: %w", err)
+	}
+	a.reasons = make([]error, len(devs))
+	return a, nil
+}
+
+// Open opens the array held by devs, listed in creation order. A foreign or
+// shuffled device makes Open fail with an error naming it. A device that
+// cannot be reached or holds no header (empty, replaced) is marked Failed
+// and named in Status; the array serves from the others.
+func Open(ctx context.Context, devs []device.Device, opts ...Option) (*Array, error) {
+	a, err := build(devs, opts)
+	if err != nil {
+		return nil, err
+	}
+	h, reasons, err := verifyHeaders(ctx, a.env)
+	if err != nil {
+		return nil, fmt.Errorf("array: open: %w", err)
+	}
+	a.hdr, a.reasons = h, reasons
+	a.mixed = h.flags&flagMixed != 0
+	for i, r := range reasons {
+		if r != nil {
+			a.env.SetState(i, mechanism.Failed)
+		}
+	}
+	return a, nil
+}
+
+func (a *Array) allDevs() []int {
+	d := make([]int, len(a.devs))
+	for i := range d {
+		d[i] = i
+	}
+	return d
+}
+
+// ID returns the array's id.
+func (a *Array) ID() ID { return a.hdr.id }
+
+// N returns the number of devices.
+func (a *Array) N() int { return len(a.devs) }
+
+// Mode returns the configured mode.
+func (a *Array) Mode() Mode { return a.o.mode }
+
+// Mechanisms returns the configured mechanisms' names, the default first.
+func (a *Array) Mechanisms() []string {
+	names := []string{a.def.Name()}
+	for _, m := range a.mechs {
+		if m != a.def {
+			names = append(names, m.Name())
+		}
+	}
+	return names
+}
+
+// Limits returns the largest user key and value the array accepts.
+func (a *Array) Limits() (maxKey int, maxValue int64) {
+	return a.env.Limits().MaxKeyLen - format.KeyOverhead, a.o.maxValue
+}
+
+// Close waits for asynchronous operations and closes the devices.
+func (a *Array) Close() error {
+	a.closeMu.Lock()
+	if a.closed {
+		a.closeMu.Unlock()
+		return nil
+	}
+	a.closed = true
+	a.closeMu.Unlock()
+	a.wg.Wait()
+	var errs []error
+	for i, d := range a.devs {
+		if err := d.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close device %d (%s): %w", i, a.env.Name(i), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// begin registers an operation, failing once the array is closed.
+func (a *Array) begin() error {
+	a.closeMu.RLock()
+	defer a.closeMu.RUnlock()
+	if a.closed {
+		return ErrClosed
+	}
+	a.wg.Add(1)
+	return nil
+}
+
+func (a *Array) end() { a.wg.Done() }
+
+// hash is the placement hash of a user key.
+func hash(key []byte) uint64 { return xxhash.Sum64(key) }
+
+// primary returns the primary device of split s of key.
+func (a *Array) primary(key []byte, s int) int {
+	return int((hash(key) + uint64(s)) % uint64(len(a.devs)))
+}
+
+func (a *Array) key(user []byte, s int) mechanism.Key {
+	return mechanism.Key{User: user, Split: s, Primary: a.primary(user, s)}
+}
+
+// checkKey validates a user key against the devices' limits.
+func (a *Array) checkKey(key []byte) error {
+	l := a.env.Limits()
+	minLen := max(1, l.MinKeyLen-format.KeyOverhead)
+	maxLen := l.MaxKeyLen - format.KeyOverhead
+	if len(key) < minLen {
+		return fmt.Errorf("key of %d bytes, minimum %d: %w", len(key), minLen, ErrKeyTooShort)
+	}
+	if len(key) > maxLen {
+		return fmt.Errorf("key of %d bytes, maximum %d (the devices' %d-byte key limit less %d bytes of split number and kind): %w",
+			len(key), maxLen, l.MaxKeyLen, format.KeyOverhead, ErrKeyTooLong)
+	}
+	return nil
+}
+
+// mechanismFor picks the mechanism for a value of n bytes.
+func (a *Array) mechanismFor(n int, override string) (mechanism.Mechanism, error) {
+	if override != "" {
+		m, ok := a.byName[override]
+		if !ok {
+			return nil, fmt.Errorf("mechanism %q (configured: %v): %w", override, a.Mechanisms(), ErrUnknownMechanism)
+		}
+		return m, nil
+	}
+	if a.o.mode == Hybrid {
+		for _, r := range a.o.rules {
+			if r.Max == 0 || int64(n) <= r.Max {
+				return a.byName[r.RM], nil
+			}
+		}
+	}
+	return a.def, nil
+}
+
+// Mechanism returns the mechanism the array would pick for a value of n
+// bytes in its mode, without a per-call override.
+func (a *Array) Mechanism(n int) string {
+	m, _ := a.mechanismFor(n, "")
+	return m.Name()
+}

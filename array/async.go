@@ -1,0 +1,147 @@
+package array
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvarray/kvarray/mechanism"
+)
+
+// Future is the completion of an asynchronous operation.
+type Future struct {
+	done  chan struct{}
+	value []byte
+	err   error
+}
+
+// Done is closed when the operation has completed.
+func (f *Future) Done() <-chan struct{} { return f.done }
+
+// Wait blocks until the operation completes and returns its result (the
+// value, for a retrieve).
+func (f *Future) Wait() ([]byte, error) {
+	<-f.done
+	return f.value, f.err
+}
+
+// Err blocks until the operation completes and returns its error.
+func (f *Future) Err() error {
+	<-f.done
+	return f.err
+}
+
+func failed(err error) *Future {
+	f := &Future{done: make(chan struct{}), err: err}
+	close(f.done)
+	return f
+}
+
+// submit takes key's turn now, so that operations on one key complete in
+// submission order, and runs op in the background once the turn comes.
+// Submission blocks while the array's queue of asynchronous operations is
+// full. A single-split synchronous call runs op on the caller's goroutine.
+func (a *Array) submit(ctx context.Context, key []byte, what string, op func() ([]byte, error)) *Future {
+	if err := a.begin(); err != nil {
+		return failed(err)
+	}
+	select {
+	case a.async <- struct{}{}:
+	case <-ctx.Done():
+		a.end()
+		return failed(ctx.Err())
+	}
+	tk := a.locks.Enqueue(key)
+	f := &Future{done: make(chan struct{})}
+	go func() {
+		defer func() {
+			tk.Release()
+			<-a.async
+			a.end()
+			close(f.done)
+		}()
+		if err := tk.Wait(ctx); err != nil {
+			f.err = fmt.Errorf("%s %s: %w", what, shown(key), err)
+			return
+		}
+		f.value, f.err = op()
+		if f.err != nil {
+			f.err = fmt.Errorf("%s %s: %w", what, shown(key), f.err)
+		}
+	}()
+	return f
+}
+
+// StoreAsync submits a store and returns at once. value must not be
+// modified until the Future completes.
+func (a *Array) StoreAsync(ctx context.Context, key, value []byte, opts ...CallOption) *Future {
+	var c call
+	for _, o := range opts {
+		o(&c)
+	}
+	m, err := a.prepareStore(key, value, c)
+	if err != nil {
+		return failed(fmt.Errorf("store %s: %w", shown(key), err))
+	}
+	return a.submit(ctx, key, "store", func() ([]byte, error) {
+		return nil, a.store(ctx, key, value, m, c)
+	})
+}
+
+// RetrieveAsync submits a retrieve and returns at once.
+func (a *Array) RetrieveAsync(ctx context.Context, key []byte) *Future {
+	if err := a.checkKey(key); err != nil {
+		return failed(fmt.Errorf("retrieve %s: %w", shown(key), err))
+	}
+	return a.submit(ctx, key, "retrieve", func() ([]byte, error) {
+		return a.retrieve(ctx, key)
+	})
+}
+
+// DeleteAsync submits a delete and returns at once.
+func (a *Array) DeleteAsync(ctx context.Context, key []byte) *Future {
+	if err := a.checkKey(key); err != nil {
+		return failed(fmt.Errorf("delete %s: %w", shown(key), err))
+	}
+	return a.submit(ctx, key, "delete", func() ([]byte, error) {
+		return nil, a.remove(ctx, key)
+	})
+}
+
+// Repair reads every piece of key, rewrites missing, corrupt and stale
+// pieces, and returns how many it rewrote.
+func (a *Array) Repair(ctx context.Context, key []byte) (int, error) {
+	if err := a.checkKey(key); err != nil {
+		return 0, fmt.Errorf("repair %s: %w", shown(key), err)
+	}
+	var total int
+	f := a.submit(ctx, key, "repair", func() ([]byte, error) {
+		l, err := a.locate(ctx, a.key(key, 0))
+		if err != nil {
+			return nil, err
+		}
+		h := *l.header()
+		counts := make([]int, h.Splits)
+		err = a.forSplits(ctx, int(h.Splits), func(s int) error {
+			k := a.key(key, s)
+			if s > 0 {
+				k.Want = h.Version
+			}
+			n, err := l.m.Repair(ctx, k, &h)
+			counts[s] = n
+			return err
+		})
+		for _, n := range counts {
+			total += n
+		}
+		return nil, err
+	})
+	err := f.Err()
+	return total, err
+}
+
+// SetDeviceState records what is known of device i; tests and the rebuild
+// path use it to mark a swapped-in device as Rebuilding.
+func (a *Array) SetDeviceState(i int, s mechanism.State) { a.env.SetState(i, s) }
+
+// DeviceState returns what is known of device i.
+func (a *Array) DeviceState(i int) mechanism.State { return a.env.State(i) }

@@ -1,0 +1,150 @@
+package array
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/device/mem"
+	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/mechanism"
+	"github.com/kvarray/kvarray/mechanism/hashing"
+	"github.com/kvarray/kvarray/mechanism/replication"
+)
+
+// rig is an array over mem devices, with the devices at hand for fault
+// injection.
+type rig struct {
+	t    testing.TB
+	a    *Array
+	mems []*mem.Device
+	devs []device.Device
+	opts []Option
+}
+
+// allMechanisms returns every mechanism with default parameters.
+func allMechanisms() Option {
+	return WithMechanisms(replication.New(3), hashing.New())
+}
+
+func newRig(t testing.TB, n int, opts ...Option) *rig {
+	t.Helper()
+	r := &rig{t: t, opts: opts}
+	for i := 0; i < n; i++ {
+		m := mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)))
+		r.mems = append(r.mems, m)
+		r.devs = append(r.devs, m)
+	}
+	a, err := Create(context.Background(), r.devs, opts...)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	r.a = a
+	t.Cleanup(func() { _ = r.a.Close() })
+	return r
+}
+
+// reopen opens a new Array over the same devices, as a restart would.
+func (r *rig) reopen() {
+	r.t.Helper()
+	// Not Close: that would close the devices, which outlive the array here.
+	a, err := Open(context.Background(), r.devs, r.opts...)
+	if err != nil {
+		r.t.Fatalf("reopen: %v", err)
+	}
+	r.a = a
+}
+
+// replace swaps device i for an empty one and adopts it.
+func (r *rig) replace(i int) {
+	r.t.Helper()
+	r.mems[i].Replace()
+	if err := r.a.AdoptDevice(context.Background(), i); err != nil {
+		r.t.Fatalf("adopt %d: %v", i, err)
+	}
+}
+
+// repairAll repairs every key in keys and marks every device healthy.
+func (r *rig) repairAll(keys []string) {
+	r.t.Helper()
+	for _, k := range keys {
+		if _, err := r.a.Repair(context.Background(), []byte(k)); err != nil {
+			r.t.Fatalf("repair %q: %v", k, err)
+		}
+	}
+	for i := range r.mems {
+		if !r.mems[i].Failed() {
+			r.a.SetDeviceState(i, mechanism.Healthy)
+		}
+	}
+}
+
+func (r *rig) mustStore(key string, val []byte, opts ...CallOption) {
+	r.t.Helper()
+	if err := r.a.Store(context.Background(), []byte(key), val, opts...); err != nil {
+		r.t.Fatalf("store %q: %v", key, err)
+	}
+}
+
+func (r *rig) mustRead(key string, want []byte) {
+	r.t.Helper()
+	got, err := r.a.Retrieve(context.Background(), []byte(key))
+	if err != nil {
+		r.t.Fatalf("retrieve %q: %v", key, err)
+	}
+	if !bytes.Equal(got, want) {
+		r.t.Fatalf("retrieve %q: %d bytes, want %d (differ at %d)", key, len(got), len(want), firstDiff(got, want))
+	}
+}
+
+// piece reads and decodes split s of key on device i directly.
+func (r *rig) piece(i int, key string, s int) (format.Value, error) {
+	b, err := r.mems[i].Retrieve(context.Background(), format.Key([]byte(key), s, format.KindData))
+	if err != nil {
+		return format.Value{}, err
+	}
+	return format.Decode(b)
+}
+
+// holders returns the devices holding a piece of split s of key.
+func (r *rig) holders(key string, s int) []int {
+	var out []int
+	for i, m := range r.mems {
+		if ok, _ := m.Exist(context.Background(), format.Key([]byte(key), s, format.KindData)); ok {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+func randBytes(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := 0; i+8 <= n; i += 8 {
+		v := rng.Uint64()
+		for j := 0; j < 8; j++ {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	for i := n &^ 7; i < n; i++ {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+func newRand(t testing.TB) *rand.Rand {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	return rand.New(rand.NewPCG(seed, 0))
+}

@@ -1,0 +1,402 @@
+package array
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/mechanism"
+)
+
+// CallOption modifies one call.
+type CallOption func(*call)
+
+type call struct{ rm string }
+
+// Using stores the value with the named mechanism regardless of the mode
+// (KVMD's custom mode).
+func Using(rm string) CallOption { return func(c *call) { c.rm = rm } }
+
+// shown quotes a key for messages, cut short when long.
+func shown(key []byte) string {
+	if len(key) > 48 {
+		return fmt.Sprintf("%q… (%d bytes)", key[:48], len(key))
+	}
+	return fmt.Sprintf("%q", key)
+}
+
+// located is what the array learned of a split by reading where it lives.
+type located struct {
+	m    mechanism.Mechanism
+	have []mechanism.Piece // pieces read, have[0] the primary's
+	best int                // index in have of the newest good piece
+}
+
+func (l *located) header() *format.Header { return &l.have[l.best].Value.Header }
+
+// locate finds which mechanism wrote split k: from the primary's header
+// when it reads well, else from the newest good piece on the devices that
+// can hold pieces under the data key.
+func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
+	have := a.env.Read(ctx, k.Data(), []int{k.Primary})
+	p := &have[0]
+	if !p.OK() {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if errors.Is(p.Err, device.ErrNotFound) && a.env.State(k.Primary) == mechanism.Healthy {
+			return nil, fmt.Errorf("split %d: %w", k.Split, ErrNotFound)
+		}
+		if w := min(a.maxWidth, a.env.N()); w > 1 {
+			have = append(have, a.env.ReadSpan(ctx, k, 1, w, nil)...)
+		}
+	}
+	best := -1
+	for i := range have {
+		q := &have[i]
+		if q.OK() && (k.Want == 0 || q.Value.Version == k.Want) && (best < 0 || q.Value.Version > have[best].Value.Version) {
+			best = i
+		}
+	}
+	if best < 0 {
+		if errors.Is(p.Err, format.ErrCorrupt) || k.Want != 0 {
+			return nil, mechanism.Lost(k, "array", have, "no readable header")
+		}
+		return nil, fmt.Errorf("split %d: primary device %d cannot answer and no other device holds a piece: %w",
+			k.Split, k.Primary, errors.Join(ErrUnavailable, p.Err))
+	}
+	m, ok := a.byRM[have[best].Value.RM]
+	if !ok {
+		return nil, fmt.Errorf("split %d on device %d was written by mechanism id %d, which is not configured: %w",
+			k.Split, have[best].Dev, have[best].Value.RM, ErrUnknownMechanism)
+	}
+	return &located{m: m, have: have, best: best}, nil
+}
+
+// Store writes value under key, replacing any previous value.
+func (a *Array) Store(ctx context.Context, key, value []byte, opts ...CallOption) error {
+	return a.StoreAsync(ctx, key, value, opts...).Err()
+}
+
+// Retrieve returns the value stored under key.
+func (a *Array) Retrieve(ctx context.Context, key []byte) ([]byte, error) {
+	return a.RetrieveAsync(ctx, key).Wait()
+}
+
+// Delete removes key and every piece of it; ErrNotFound if it is absent.
+func (a *Array) Delete(ctx context.Context, key []byte) error {
+	return a.DeleteAsync(ctx, key).Err()
+}
+
+// Exist reports whether key exists.
+func (a *Array) Exist(ctx context.Context, key []byte) (bool, error) {
+	if err := a.checkKey(key); err != nil {
+		return false, fmt.Errorf("exist %s: %w", shown(key), err)
+	}
+	if err := a.begin(); err != nil {
+		return false, err
+	}
+	defer a.end()
+	tk, err := a.locks.Lock(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	defer tk.Release()
+	_, err = a.locate(ctx, a.key(key, 0))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	}
+	return false, fmt.Errorf("exist %s: %w", shown(key), err)
+}
+
+// splitsFor returns how many splits a value of n bytes takes with m.
+func splitsFor(m mechanism.Mechanism, n int) int {
+	c := m.SplitCap()
+	return max(1, (n+c-1)/c)
+}
+
+func (a *Array) prepareStore(key, value []byte, c call) (mechanism.Mechanism, error) {
+	if err := a.checkKey(key); err != nil {
+		return nil, err
+	}
+	if int64(len(value)) > a.o.maxValue {
+		return nil, fmt.Errorf("value of %d bytes, maximum %d: %w", len(value), a.o.maxValue, ErrValueTooLarge)
+	}
+	m, err := a.mechanismFor(len(value), c.rm)
+	if err != nil {
+		return nil, err
+	}
+	if n := splitsFor(m, len(value)); n > format.MaxSplits {
+		return nil, fmt.Errorf("value of %d bytes needs %d splits with %s, at most %d: %w", len(value), n, m.Name(), format.MaxSplits, ErrValueTooLarge)
+	}
+	return m, nil
+}
+
+// store runs under key's lock.
+func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechanism, c call) error {
+	n := splitsFor(m, len(value))
+	if c.rm != "" && m != a.def && a.o.mode == Standalone {
+		if err := a.markMixed(ctx); err != nil {
+			return err
+		}
+	}
+	var prev *located
+	if a.readsBeforeWrite(c, n) {
+		l, err := a.locate(ctx, a.key(key, 0))
+		switch {
+		case err == nil:
+			prev = l
+		case errors.Is(err, ErrNotFound), errors.Is(err, ErrUnavailable), errors.Is(err, ErrDataLoss):
+			// Nothing readable to update: the store replaces whatever is
+			// there, and fails if the devices it needs do not answer.
+		default:
+			return fmt.Errorf("read previous value: %w", err)
+		}
+	}
+	var ph *format.Header
+	var prevPayload []byte
+	prevSplits := 0
+	if prev != nil {
+		ph = prev.header()
+		prevSplits = int(ph.Splits)
+		a.clock.Observe(ph.Version)
+		if prev.best == 0 {
+			prevPayload = prev.have[0].Value.Payload
+		}
+		// Clean up what the previous mechanism left beyond what the new
+		// one overwrites (KVMD's num_user_key rule), and excess splits.
+		err := a.forSplits(ctx, prevSplits, func(s int) error {
+			keep := 0
+			if s < n {
+				if prev.m == m {
+					return nil // m.Store updates in place
+				}
+				keep = m.Width()
+			}
+			return prev.m.Release(ctx, a.key(key, s), ph, keep)
+		})
+		if err != nil {
+			return fmt.Errorf("release previous value: %w", err)
+		}
+	}
+	obj := mechanism.Object{Splits: uint32(n), ObjectLen: uint64(len(value)), Version: a.clock.Next()}
+	sc := m.SplitCap()
+	return a.forSplits(ctx, n, func(s int) error {
+		lo, hi := s*sc, min((s+1)*sc, len(value))
+		var pv *mechanism.Prev
+		if prev != nil && prev.m == m && s < prevSplits {
+			pv = &mechanism.Prev{Header: *ph}
+			if s == 0 {
+				pv.Payload = prevPayload
+			}
+		}
+		return m.Store(ctx, a.key(key, s), obj, value[lo:hi], pv)
+	})
+}
+
+// readsBeforeWrite: hybrid stores must learn the previous mechanism; so
+// must custom stores and any store once the array is mixed. A standalone
+// store of a huge value also reads, to remove excess splits of the value
+// it replaces (a negligible cost next to the value itself).
+func (a *Array) readsBeforeWrite(c call, n int) bool {
+	if a.o.mode == Hybrid || c.rm != "" || n > 1 {
+		return true
+	}
+	a.hdrMu.Lock()
+	defer a.hdrMu.Unlock()
+	return a.mixed
+}
+
+// markMixed records on every device that a standalone array now holds
+// values of more than one mechanism.
+func (a *Array) markMixed(ctx context.Context) error {
+	a.hdrMu.Lock()
+	defer a.hdrMu.Unlock()
+	if a.mixed {
+		return nil
+	}
+	h := a.hdr
+	h.flags |= flagMixed
+	err := writeHeaders(ctx, a.env, h, a.allDevs())
+	// One device holding the flag is enough: Open ORs the flags.
+	if err != nil && a.env.N() > 0 && countErrs(err) == a.env.N() {
+		return fmt.Errorf("record custom-mode use in the array header: %w", err)
+	}
+	a.hdr, a.mixed = h, true
+	return nil
+}
+
+func countErrs(err error) int {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return len(j.Unwrap())
+	}
+	return 1
+}
+
+// forSplits runs fn for splits 0..n-1, at most parallelism at once, and
+// returns the first error.
+func (a *Array) forSplits(ctx context.Context, n int, fn func(s int) error) error {
+	if n == 1 {
+		return fn(0)
+	}
+	sem := make(chan struct{}, a.o.parallelism)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for s := 0; s < n; s++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[s] = fn(s)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// retrieve runs under key's lock.
+func (a *Array) retrieve(ctx context.Context, key []byte) ([]byte, error) {
+	k0 := a.key(key, 0)
+	l, err := a.locate(ctx, k0)
+	if err != nil {
+		return nil, err
+	}
+	v0, h0, err := l.m.Retrieve(ctx, k0, l.have)
+	if err != nil {
+		return nil, err
+	}
+	a.clock.Observe(h0.Version)
+	if h0.Splits == 1 {
+		if uint64(len(v0)) != h0.ObjectLen {
+			return nil, fmt.Errorf("split 0 holds %d bytes of a %d-byte value in 1 split: %w", len(v0), h0.ObjectLen, format.ErrCorrupt)
+		}
+		return v0, nil
+	}
+	n, size := int(h0.Splits), int(h0.SplitLen)
+	if uint64(n-1)*uint64(size) >= h0.ObjectLen || uint64(n)*uint64(size) < h0.ObjectLen || h0.ObjectLen > uint64(a.o.maxValue) {
+		return nil, fmt.Errorf("split 0 says %d splits of %d bytes for a %d-byte value: %w", n, size, h0.ObjectLen, format.ErrCorrupt)
+	}
+	out := make([]byte, h0.ObjectLen)
+	copy(out, v0)
+	err = a.forSplits(ctx, n-1, func(i int) error {
+		s := i + 1
+		k := a.key(key, s)
+		k.Want = h0.Version
+		l, err := a.locate(ctx, k)
+		if err != nil {
+			return err
+		}
+		if l.m.RM() != h0.RM {
+			return fmt.Errorf("split %d written by %s, split 0 by mechanism id %d: %w", s, l.m.Name(), h0.RM, format.ErrCorrupt)
+		}
+		v, h, err := l.m.Retrieve(ctx, k, l.have)
+		if err != nil {
+			return err
+		}
+		lo := s * size
+		want := min(size, int(h0.ObjectLen)-lo)
+		if h.Splits != h0.Splits || h.ObjectLen != h0.ObjectLen || len(v) != want {
+			return fmt.Errorf("split %d (%d bytes of %d splits, %d in all) does not match split 0 (%d splits, %d in all): %w",
+				s, len(v), h.Splits, h.ObjectLen, h0.Splits, h0.ObjectLen, format.ErrCorrupt)
+		}
+		copy(out[lo:], v)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// remove runs under key's lock.
+func (a *Array) remove(ctx context.Context, key []byte) error {
+	l, err := a.locate(ctx, a.key(key, 0))
+	if err != nil {
+		return err
+	}
+	h := *l.header()
+	if err := a.forSplits(ctx, int(h.Splits), func(s int) error {
+		return l.m.Release(ctx, a.key(key, s), &h, 0)
+	}); err != nil {
+		return err
+	}
+	if a.o.mode == Standalone {
+		// A standalone store does not read before writing, so a value
+		// that once had more splits may have left some behind: remove
+		// them too. In hybrid mode every store cleans up as it goes.
+		for s := int(h.Splits); s < format.MaxSplits; s++ {
+			l, err := a.locate(ctx, a.key(key, s))
+			if err != nil {
+				break
+			}
+			if err := l.m.Release(ctx, a.key(key, s), l.header(), 0); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Keys returns the user keys that start with prefix, in ascending order,
+// each once. Each device contributes the keys whose primary it is, and the
+// keys of primaries that cannot answer for themselves.
+func (a *Array) Keys(ctx context.Context, prefix []byte) ([][]byte, error) {
+	if err := a.begin(); err != nil {
+		return nil, err
+	}
+	defer a.end()
+	lists := make([][][]byte, a.env.N())
+	errs := make([]error, a.env.N())
+	var wg sync.WaitGroup
+	for i := 0; i < a.env.N(); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lists[i], errs[i] = a.deviceKeys(ctx, i, prefix)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil && a.env.State(i) != mechanism.Failed {
+			return nil, fmt.Errorf("keys: device %d (%s): %w", i, a.env.Name(i), err)
+		}
+	}
+	var all [][]byte
+	for _, l := range lists {
+		all = append(all, l...)
+	}
+	slices.SortFunc(all, func(x, y []byte) int { return compareBytes(x, y) })
+	return slices.CompactFunc(all, func(x, y []byte) bool { return compareBytes(x, y) == 0 }), nil
+}
+
+func compareBytes(x, y []byte) int {
+	return slices.Compare(x, y)
+}
+
+// deviceKeys lists the user keys device i answers for.
+func (a *Array) deviceKeys(ctx context.Context, i int, prefix []byte) ([][]byte, error) {
+	var keys [][]byte
+	err := a.devs[i].Iterate(ctx, prefix, func(k []byte) error {
+		user, split, kind, err := format.ParseKey(k)
+		if err != nil || kind != format.KindData || split != 0 {
+			return nil
+		}
+		if p := a.primary(user, 0); p == i || a.env.State(p) != mechanism.Healthy {
+			keys = append(keys, slices.Clone(user))
+		}
+		return nil
+	})
+	return keys, err
+}

@@ -1,0 +1,128 @@
+package array
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/mechanism"
+)
+
+// DeviceStatus describes one device.
+type DeviceStatus struct {
+	Index    int    `json:"index"`
+	Name     string `json:"name"`
+	State    string `json:"state"`
+	Reason   string `json:"reason,omitempty"`
+	Keys     int64  `json:"keys"`
+	Used     int64  `json:"used_bytes"`
+	Capacity int64  `json:"capacity_bytes"`
+}
+
+// MechanismStatus counts the objects stored with one mechanism.
+type MechanismStatus struct {
+	Name      string `json:"name"`
+	Objects   int64  `json:"objects"`
+	UserBytes int64  `json:"user_bytes"`
+}
+
+// Status is a report of the array's devices and contents.
+type Status struct {
+	ID          string            `json:"array_id"`
+	Mode        string            `json:"mode"`
+	Default     string            `json:"default_mechanism"`
+	Devices     []DeviceStatus    `json:"devices"`
+	Mechanisms  []MechanismStatus `json:"mechanisms"`
+	Objects     int64             `json:"objects"`
+	UserBytes   int64             `json:"user_bytes"`
+	DeviceBytes int64             `json:"device_bytes"`
+	// Overhead is device bytes per user byte (0 when empty).
+	Overhead float64 `json:"storage_overhead"`
+	// Unreadable counts objects whose header could not be read.
+	Unreadable int64 `json:"unreadable_objects"`
+}
+
+// Status reports the devices' health and accounting, and the objects and
+// user bytes per mechanism. It reads the header of every object, so it
+// costs a pass over the keys.
+func (a *Array) Status(ctx context.Context) (Status, error) {
+	if err := a.begin(); err != nil {
+		return Status{}, err
+	}
+	defer a.end()
+	st := Status{ID: a.hdr.id.String(), Mode: a.o.mode.String(), Default: a.def.Name()}
+	for i, d := range a.devs {
+		ds := DeviceStatus{Index: i, Name: a.env.Name(i), State: a.env.State(i).String()}
+		if a.reasons != nil && a.reasons[i] != nil {
+			ds.Reason = a.reasons[i].Error()
+		}
+		info, err := d.Info(ctx)
+		if err != nil {
+			if errors.Is(err, device.ErrDeviceFailed) {
+				a.env.SetState(i, mechanism.Failed)
+				ds.State = mechanism.Failed.String()
+			}
+			if ds.Reason == "" {
+				ds.Reason = err.Error()
+			}
+		} else {
+			ds.Keys, ds.Used, ds.Capacity = info.Keys, info.Used, info.Capacity
+		}
+		st.DeviceBytes += ds.Used
+		st.Devices = append(st.Devices, ds)
+	}
+	per := map[string]*MechanismStatus{}
+	for _, m := range a.mechs {
+		per[m.Name()] = &MechanismStatus{Name: m.Name()}
+	}
+	keys, err := a.Keys(ctx, nil)
+	if err != nil {
+		return st, err
+	}
+	for _, key := range keys {
+		l, err := a.locate(ctx, a.key(key, 0))
+		if err != nil {
+			st.Unreadable++
+			continue
+		}
+		h := l.header()
+		ms := per[l.m.Name()]
+		ms.Objects++
+		ms.UserBytes += int64(h.ObjectLen)
+		st.Objects++
+		st.UserBytes += int64(h.ObjectLen)
+	}
+	for _, ms := range per {
+		st.Mechanisms = append(st.Mechanisms, *ms)
+	}
+	sort.Slice(st.Mechanisms, func(i, j int) bool { return st.Mechanisms[i].Name < st.Mechanisms[j].Name })
+	if st.UserBytes > 0 {
+		st.Overhead = float64(st.DeviceBytes) / float64(st.UserBytes)
+	}
+	return st, nil
+}
+
+// AdoptDevice makes the (new, empty) device at position i a member: it
+// writes the array header on it and marks it Rebuilding, so that a
+// not-found from it is not taken as proof that a key does not exist until
+// it has been rebuilt.
+func (a *Array) AdoptDevice(ctx context.Context, i int) error {
+	if i < 0 || i >= a.env.N() {
+		return fmt.Errorf("adopt device %d: the array has devices 0..%d", i, a.env.N()-1)
+	}
+	a.hdrMu.Lock()
+	h := a.hdr
+	a.hdrMu.Unlock()
+	a.env.SetState(i, mechanism.Rebuilding)
+	if err := writeHeaders(ctx, a.env, h, []int{i}); err != nil {
+		return fmt.Errorf("adopt device %d: %w", i, err)
+	}
+	a.env.SetState(i, mechanism.Rebuilding)
+	if a.reasons != nil {
+		a.reasons[i] = nil
+	}
+	return nil
+}
+

@@ -1,0 +1,315 @@
+package mechanism
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/format"
+)
+
+// State is what the array knows about one device.
+type State uint32
+
+// Device states.
+const (
+	// Healthy: serving, and holding everything that belongs on it.
+	Healthy State = iota
+	// Failed: its last operation failed with device.ErrDeviceFailed, or it
+	// was found missing or foreign at open.
+	Failed
+	// Rebuilding: serving, but not yet holding everything that belongs on
+	// it (a replaced device): a not-found from it proves nothing.
+	Rebuilding
+)
+
+func (s State) String() string {
+	switch s {
+	case Healthy:
+		return "healthy"
+	case Failed:
+		return "failed"
+	case Rebuilding:
+		return "rebuilding"
+	}
+	return fmt.Sprintf("state(%d)", uint32(s))
+}
+
+// Env is what the array gives its mechanisms: the devices in array order,
+// their states, and an executor for piece operations.
+type Env struct {
+	devs   []device.Device
+	names  []string
+	limits device.Limits
+	states []atomic.Uint32
+}
+
+// NewEnv returns an Env over devs, whose names are used in errors. limits
+// must be the tightest limits across the devices.
+func NewEnv(devs []device.Device, names []string, limits device.Limits) *Env {
+	return &Env{devs: devs, names: names, limits: limits, states: make([]atomic.Uint32, len(devs))}
+}
+
+// N is the number of devices.
+func (e *Env) N() int { return len(e.devs) }
+
+// Device returns device i.
+func (e *Env) Device(i int) device.Device { return e.devs[i] }
+
+// Name returns device i's name.
+func (e *Env) Name(i int) string { return e.names[i] }
+
+// Limits returns the tightest key and value limits across the devices.
+func (e *Env) Limits() device.Limits { return e.limits }
+
+// Dev returns the index of the i-th device after primary, circularly.
+func (e *Env) Dev(primary, i int) int { return (primary + i) % len(e.devs) }
+
+// State returns what is known of device i.
+func (e *Env) State(i int) State { return State(e.states[i].Load()) }
+
+// SetState records the state of device i.
+func (e *Env) SetState(i int, s State) { e.states[i].Store(uint32(s)) }
+
+// DeviceError is an error from one device, carrying its index.
+type DeviceError struct {
+	Dev  int
+	Name string
+	Op   device.OpKind
+	Key  []byte
+	Err  error
+}
+
+func (e *DeviceError) Error() string {
+	return fmt.Sprintf("%v %q on device %d (%s): %v", e.Op, e.Key, e.Dev, e.Name, e.Err)
+}
+
+func (e *DeviceError) Unwrap() error { return e.Err }
+
+// Op is a device operation addressed to one device of the array.
+type Op struct {
+	Dev int
+	device.Op
+}
+
+// ErrMarkedFailed is the error of an operation not sent to a device
+// because the device is marked Failed.
+var ErrMarkedFailed = fmt.Errorf("marked failed until rebuilt or resynced: %w", device.ErrDeviceFailed)
+
+// Do executes ops, concurrently across devices and as one batch per
+// device, and fills in each op's results. Errors are wrapped in
+// *DeviceError. A device that reports device.ErrDeviceFailed is marked
+// Failed, and ops for a Failed device are not sent: a device that comes
+// back may have missed writes, so only rebuild or resync may re-admit it.
+func (e *Env) Do(ctx context.Context, ops []Op) {
+	switch len(ops) {
+	case 0:
+		return
+	case 1:
+		op := &ops[0]
+		b := []device.Op{op.Op}
+		err := e.batch(ctx, op.Dev, b)
+		op.Op = b[0]
+		e.settle(op.Dev, ops, err)
+		return
+	}
+	byDev := make(map[int][]int, len(ops))
+	for i := range ops {
+		byDev[ops[i].Dev] = append(byDev[ops[i].Dev], i)
+	}
+	var wg sync.WaitGroup
+	for dev, idx := range byDev {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := make([]device.Op, len(idx))
+			for j, i := range idx {
+				b[j] = ops[i].Op
+			}
+			err := e.batch(ctx, dev, b)
+			for j, i := range idx {
+				ops[i].Op = b[j]
+			}
+			e.settle(dev, ops, err)
+		}()
+	}
+	wg.Wait()
+}
+
+func (e *Env) batch(ctx context.Context, dev int, b []device.Op) error {
+	if e.State(dev) == Failed {
+		for i := range b {
+			b[i].Err = ErrMarkedFailed
+		}
+		return ErrMarkedFailed
+	}
+	return e.devs[dev].Batch(ctx, b)
+}
+
+// settle wraps the errors of dev's ops and updates its state.
+func (e *Env) settle(dev int, ops []Op, batchErr error) {
+	failed := errors.Is(batchErr, device.ErrDeviceFailed)
+	for i := range ops {
+		op := &ops[i]
+		if op.Dev != dev {
+			continue
+		}
+		if op.Err == nil && batchErr != nil {
+			op.Err = batchErr
+		}
+		if op.Err == nil {
+			continue
+		}
+		if errors.Is(op.Err, device.ErrDeviceFailed) {
+			failed = true
+		}
+		var de *DeviceError
+		if !errors.As(op.Err, &de) {
+			op.Err = &DeviceError{Dev: dev, Name: e.names[dev], Op: op.Kind, Key: op.Key, Err: op.Err}
+		}
+	}
+	if failed {
+		e.states[dev].Store(uint32(Failed))
+	}
+}
+
+// Piece is one piece read from a device and decoded.
+type Piece struct {
+	Dev   int
+	Value format.Value
+	// Err is nil for a good piece; otherwise it wraps device.ErrNotFound,
+	// format.ErrCorrupt, device.ErrDeviceFailed or a context error.
+	Err error
+}
+
+// OK reports whether the piece was read and verified.
+func (p *Piece) OK() bool { return p.Err == nil }
+
+// Read reads and decodes key from each of devs.
+func (e *Env) Read(ctx context.Context, key []byte, devs []int) []Piece {
+	ops := make([]Op, len(devs))
+	for i, d := range devs {
+		ops[i] = Op{Dev: d, Op: device.Op{Kind: device.OpRetrieve, Key: key}}
+	}
+	e.Do(ctx, ops)
+	pieces := make([]Piece, len(devs))
+	for i := range ops {
+		pieces[i] = e.decode(&ops[i])
+	}
+	return pieces
+}
+
+func (e *Env) decode(op *Op) Piece {
+	p := Piece{Dev: op.Dev, Err: op.Err}
+	if p.Err != nil {
+		return p
+	}
+	v, err := format.Decode(op.Result)
+	if err != nil {
+		p.Err = &DeviceError{Dev: op.Dev, Name: e.names[op.Dev], Op: device.OpRetrieve, Key: op.Key, Err: err}
+		return p
+	}
+	p.Value = v
+	return p
+}
+
+// Write stores values[i] under key on devs[i] and returns the errors joined
+// (nil when all succeeded).
+func (e *Env) Write(ctx context.Context, key []byte, devs []int, values [][]byte) error {
+	ops := make([]Op, len(devs))
+	for i, d := range devs {
+		ops[i] = Op{Dev: d, Op: device.Op{Kind: device.OpStore, Key: key, Value: values[i]}}
+	}
+	e.Do(ctx, ops)
+	return joinErrs(ops)
+}
+
+// Delete deletes key from each of devs and returns the errors joined.
+func (e *Env) Delete(ctx context.Context, key []byte, devs []int) error {
+	ops := make([]Op, len(devs))
+	for i, d := range devs {
+		ops[i] = Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: key}}
+	}
+	e.Do(ctx, ops)
+	return joinErrs(ops)
+}
+
+func joinErrs(ops []Op) error {
+	var errs []error
+	for i := range ops {
+		if ops[i].Err != nil {
+			errs = append(errs, ops[i].Err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Span returns the devices Primary+from .. Primary+to-1 of k, circularly.
+func (e *Env) Span(k Key, from, to int) []int {
+	devs := make([]int, 0, max(to-from, 0))
+	for i := from; i < to; i++ {
+		devs = append(devs, e.Dev(k.Primary, i))
+	}
+	return devs
+}
+
+// ReadSpan reads the data key of k from the devices at offsets [from, to)
+// after its primary, reusing the pieces in have that were already read.
+func (e *Env) ReadSpan(ctx context.Context, k Key, from, to int, have []Piece) []Piece {
+	want := e.Span(k, from, to)
+	out := make([]Piece, len(want))
+	var missing []int
+	var at []int
+	for i, d := range want {
+		found := false
+		for _, p := range have {
+			if p.Dev == d {
+				out[i], found = p, true
+				break
+			}
+		}
+		if !found {
+			missing = append(missing, d)
+			at = append(at, i)
+		}
+	}
+	for j, p := range e.Read(ctx, k.Data(), missing) {
+		out[at[j]] = p
+	}
+	return out
+}
+
+// Newest returns the highest write version among the good pieces that
+// satisfy match (and k.Want, when set), or 0 when there is none.
+func Newest(k Key, pieces []Piece, match func(*format.Header) bool) uint64 {
+	var v uint64
+	for i := range pieces {
+		p := &pieces[i]
+		if p.OK() && (k.Want == 0 || p.Value.Version == k.Want) && match(&p.Value.Header) && p.Value.Version > v {
+			v = p.Value.Version
+		}
+	}
+	return v
+}
+
+// Lost returns an ErrDataLoss error for k, listing why each piece was bad.
+func Lost(k Key, name string, pieces []Piece, why string) error {
+	var errs []error
+	for i := range pieces {
+		if pieces[i].Err != nil {
+			errs = append(errs, pieces[i].Err)
+		}
+	}
+	return fmt.Errorf("%s split %d of key %q: %s: %w", name, k.Split, k.User, why,
+		errors.Join(append([]error{ErrDataLoss}, errs...)...))
+}
+
+// SameBytes reports whether two pieces hold identical encodings; used to
+// decide whether a copy must be rewritten.
+func SameBytes(a, b *format.Value) bool {
+	return a.Version == b.Version && bytes.Equal(a.Payload, b.Payload) && bytes.Equal(a.Fields, b.Fields)
+}

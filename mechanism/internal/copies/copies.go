@@ -1,0 +1,181 @@
+// Package copies is the logic shared by Hashing and Replication: a split is
+// stored as n identical pieces on the n consecutive devices from its
+// primary (n = 1 for Hashing). Identical pieces mean any good copy can be
+// written verbatim over a bad one.
+//
+// RM fields: one byte, the number of copies the piece was written with, so
+// that a later configuration with fewer copies still finds and cleans up
+// every old copy.
+package copies
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/mechanism"
+)
+
+// MaxCopies bounds the copies a piece can record.
+const MaxCopies = 255
+
+// Mechanism stores n identical copies.
+type Mechanism struct {
+	env  *mechanism.Env
+	rm   format.RM
+	name string
+	n    int
+}
+
+// New returns a mechanism named name with id rm that keeps n copies.
+func New(env *mechanism.Env, rm format.RM, name string, n int) (*Mechanism, error) {
+	if n < 1 || n > MaxCopies {
+		return nil, fmt.Errorf("%s: %d copies, want 1..%d", name, n, MaxCopies)
+	}
+	if n > env.N() {
+		return nil, fmt.Errorf("%s: %d copies need %d devices, the array has %d", name, n, n, env.N())
+	}
+	if env.Limits().MaxValueLen <= format.HeaderLen+1 {
+		return nil, fmt.Errorf("%s: device values of %d bytes cannot hold a header", name, env.Limits().MaxValueLen)
+	}
+	return &Mechanism{env: env, rm: rm, name: name, n: n}, nil
+}
+
+// RM implements mechanism.Mechanism.
+func (m *Mechanism) RM() format.RM { return m.rm }
+
+// Name implements mechanism.Mechanism.
+func (m *Mechanism) Name() string { return m.name }
+
+// SplitCap implements mechanism.Mechanism.
+func (m *Mechanism) SplitCap() int { return m.env.Limits().MaxValueLen - format.HeaderLen - 1 }
+
+// Width implements mechanism.Mechanism.
+func (m *Mechanism) Width() int { return m.n }
+
+// Tolerates implements mechanism.Mechanism.
+func (m *Mechanism) Tolerates() int { return m.n - 1 }
+
+// copiesOf returns the number of copies a header of ours records, or our
+// own n for a header that is not ours.
+func (m *Mechanism) copiesOf(h *format.Header) int {
+	if h != nil && h.RM == m.rm && len(h.Fields) == 1 && h.Fields[0] > 0 {
+		return min(int(h.Fields[0]), m.env.N())
+	}
+	return m.n
+}
+
+func (m *Mechanism) mine(h *format.Header) bool { return h.RM == m.rm && len(h.Fields) == 1 }
+
+// Store implements mechanism.Mechanism.
+func (m *Mechanism) Store(ctx context.Context, k mechanism.Key, obj mechanism.Object, value []byte, prev *mechanism.Prev) error {
+	h := format.Header{RM: m.rm, Splits: obj.Splits, SplitLen: uint32(len(value)), ObjectLen: obj.ObjectLen,
+		Version: obj.Version, Fields: []byte{byte(m.n)}}
+	enc := format.Encode(&h, value)
+	vals := make([][]byte, m.n)
+	for i := range vals {
+		vals[i] = enc
+	}
+	if err := m.env.Write(ctx, k.Data(), m.env.Span(k, 0, m.n), vals); err != nil {
+		return fmt.Errorf("%s: store split %d of %q: %w", m.name, k.Split, k.User, err)
+	}
+	if prev != nil {
+		if old := m.copiesOf(&prev.Header); old > m.n {
+			if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, m.n, old)); err != nil {
+				return fmt.Errorf("%s: drop old copies of split %d of %q: %w", m.name, k.Split, k.User, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Retrieve implements mechanism.Mechanism. The primary's copy is returned
+// when it is good; otherwise every copy is read, the newest good one wins
+// and is written over the bad and stale ones.
+func (m *Mechanism) Retrieve(ctx context.Context, k mechanism.Key, have []mechanism.Piece) ([]byte, format.Header, error) {
+	if p := &have[0]; p.OK() && p.Dev == k.Primary && m.mine(&p.Value.Header) && (k.Want == 0 || p.Value.Version == k.Want) {
+		return p.Value.Payload, p.Value.Header, nil
+	}
+	best, _, err := m.heal(ctx, k, have)
+	if err != nil {
+		return nil, format.Header{}, err
+	}
+	return best.Value.Payload, best.Value.Header, nil
+}
+
+// Repair implements mechanism.Mechanism.
+func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.Header) (int, error) {
+	_, n, err := m.heal(ctx, k, nil)
+	return n, err
+}
+
+// heal reads all copies of k (reusing have), picks the newest good one and
+// rewrites the others. Rewrites that fail are not errors: the value is
+// still returned, and the copy stays for a later repair.
+func (m *Mechanism) heal(ctx context.Context, k mechanism.Key, have []mechanism.Piece) (*mechanism.Piece, int, error) {
+	n := m.n
+	for i := range have {
+		if have[i].OK() && m.mine(&have[i].Value.Header) {
+			n = max(n, m.copiesOf(&have[i].Value.Header))
+		}
+	}
+	pieces := m.env.ReadSpan(ctx, k, 0, n, have)
+	v := mechanism.Newest(k, pieces, m.mine)
+	if v == 0 {
+		if allNotFound(pieces) && k.Want == 0 {
+			return nil, 0, fmt.Errorf("%s split %d of key %q: %w", m.name, k.Split, k.User, device.ErrNotFound)
+		}
+		return nil, 0, mechanism.Lost(k, m.name, pieces, "no good copy")
+	}
+	i := slices.IndexFunc(pieces, func(p mechanism.Piece) bool { return p.OK() && m.mine(&p.Value.Header) && p.Value.Version == v })
+	best := &pieces[i]
+	// The copies this version was written with: copies past them belong to
+	// an older geometry and are left to Release.
+	span := m.copiesOf(&best.Value.Header)
+	enc := format.Encode(&best.Value.Header, best.Value.Payload)
+	var devs []int
+	for j := 0; j < span && j < len(pieces); j++ {
+		p := &pieces[j]
+		if p.OK() && m.mine(&p.Value.Header) && mechanism.SameBytes(&p.Value, &best.Value) {
+			continue
+		}
+		if errors.Is(p.Err, device.ErrDeviceFailed) || ctx.Err() != nil {
+			continue
+		}
+		devs = append(devs, p.Dev)
+	}
+	vals := make([][]byte, len(devs))
+	for j := range vals {
+		vals[j] = enc
+	}
+	err := m.env.Write(ctx, k.Data(), devs, vals)
+	rewritten := len(devs)
+	if err != nil {
+		rewritten = 0
+	}
+	return best, rewritten, nil
+}
+
+func allNotFound(pieces []mechanism.Piece) bool {
+	for i := range pieces {
+		if !errors.Is(pieces[i].Err, device.ErrNotFound) {
+			return false
+		}
+	}
+	return true
+}
+
+// Release implements mechanism.Mechanism.
+func (m *Mechanism) Release(ctx context.Context, k mechanism.Key, hint *format.Header, keep int) error {
+	n := m.copiesOf(hint)
+	if keep >= n {
+		return nil
+	}
+	if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, keep, n)); err != nil {
+		return fmt.Errorf("%s: release split %d of %q: %w", m.name, k.Split, k.User, err)
+	}
+	return nil
+}

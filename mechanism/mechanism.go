@@ -1,0 +1,99 @@
+// Package mechanism defines the contract between the array and its
+// reliability mechanisms (RMs), and the I/O layer they share.
+//
+// A mechanism stores one split of a user value: a Key names the user key,
+// the split number and the split's primary device. Every mechanism keeps the
+// KVMD placement rules, on which the array's stateless lookup depends:
+//
+//  1. the first piece (copy, shard, member) of a split is on the primary
+//     device, stored under the data key format.Key(user, split, KindData);
+//  2. every piece starts with a format.Header naming the mechanism, so one
+//     read of the primary tells the array which mechanism to ask;
+//  3. pieces under the data key only ever occupy devices Primary,
+//     Primary+1, ..., Primary+Width()-1 (mod N): Width is KVMD's
+//     num_user_key, and what a changing mechanism must clean up.
+//
+// Mechanisms decide what to read and write; Env executes it, concurrently
+// across devices, and wraps every error with the device it came from.
+package mechanism
+
+import (
+	"context"
+	"errors"
+
+	"github.com/kvarray/kvarray/format"
+)
+
+// ErrDataLoss is returned when too few good pieces of a split remain to
+// return its value. The array never returns wrong bytes instead.
+var ErrDataLoss = errors.New("data loss")
+
+// Key names one split of a user value and where it lives.
+type Key struct {
+	User    []byte
+	Split   int
+	Primary int // index of the split's primary device
+	// Want, when non-zero, is the write version the caller expects (the
+	// version of split 0 when reading the other splits of a huge value);
+	// pieces of other versions are treated as stale.
+	Want uint64
+}
+
+// Data returns the internal key the split's pieces are stored under.
+func (k Key) Data() []byte { return format.Key(k.User, k.Split, format.KindData) }
+
+// Object describes the whole user value a split belongs to; Store copies it
+// into every piece's header.
+type Object struct {
+	Splits    uint32
+	ObjectLen uint64
+	Version   uint64
+}
+
+// Prev is what the array knows of the previous value of a split that is
+// being overwritten by the same mechanism: the header of its split 0
+// (geometry of the old object) and, for split 0, the old payload when it
+// was read. Payload is nil when it was not read.
+type Prev struct {
+	Header  format.Header
+	Payload []byte
+}
+
+// Mechanism is one reliability mechanism bound to the array's devices.
+type Mechanism interface {
+	// RM is the id written in headers.
+	RM() format.RM
+	// Name is the name used in configs and messages ("replication").
+	Name() string
+	// SplitCap is the largest number of user bytes one split holds.
+	SplitCap() int
+	// Width is the number of consecutive devices, from the primary, that
+	// hold pieces under the data key (KVMD's num_user_key).
+	Width() int
+	// Tolerates is how many failed or corrupt pieces a split survives.
+	Tolerates() int
+
+	// Store writes split k of obj. prev is non-nil when the split existed
+	// and was written by this same mechanism; the mechanism then also
+	// removes whatever the old geometry left beyond the new one.
+	Store(ctx context.Context, k Key, obj Object, value []byte, prev *Prev) error
+	// Retrieve returns the user bytes of split k and the header they were
+	// found with. have holds the pieces the array already read, have[0]
+	// being the primary's; the mechanism reads the rest it needs, repairs
+	// bad pieces it meets, and returns ErrDataLoss (wrapped) when the split
+	// cannot be recovered.
+	Retrieve(ctx context.Context, k Key, have []Piece) ([]byte, format.Header, error)
+	// Release removes what this mechanism stored for split k, except the
+	// data-key pieces on the first keep devices from the primary, which the
+	// next store overwrites (keep = 0: delete everything). hint is the
+	// header of the object's split 0.
+	Release(ctx context.Context, k Key, hint *format.Header, keep int) error
+	// Repair reads every piece of split k, rewrites missing, corrupt and
+	// stale ones, and returns how many pieces it rewrote.
+	Repair(ctx context.Context, k Key, hint *format.Header) (int, error)
+}
+
+// Factory builds a mechanism over an Env. Mechanism packages export
+// constructors returning a Factory, so that configuration (copies, k, r) is
+// separate from binding to devices.
+type Factory func(env *Env) (Mechanism, error)
