@@ -107,36 +107,22 @@ func (a *Array) DeleteAsync(ctx context.Context, key []byte) *Future {
 	})
 }
 
-// Repair reads every piece of key, rewrites missing, corrupt and stale
-// pieces, and returns how many it rewrote.
+// Repair brings every piece of key up to date: it rewrites missing,
+// corrupt and stale pieces of the value, and deletes orphans (pieces that a
+// failed write or delete left where the current value has none). It returns
+// how many pieces it rewrote or deleted. A key that does not exist is swept
+// of orphans and reported as ErrNotFound.
 func (a *Array) Repair(ctx context.Context, key []byte) (int, error) {
 	if err := a.checkKey(key); err != nil {
 		return 0, fmt.Errorf("repair %s: %w", shown(key), err)
 	}
 	var total int
 	f := a.submit(ctx, key, "repair", func() ([]byte, error) {
-		l, err := a.locate(ctx, a.key(key, 0))
-		if err != nil {
-			return nil, err
-		}
-		h := *l.header()
-		counts := make([]int, h.Splits)
-		err = a.forSplits(ctx, int(h.Splits), func(s int) error {
-			k := a.key(key, s)
-			if s > 0 {
-				k.Want = h.Version
-			}
-			n, err := l.m.Repair(ctx, k, &h)
-			counts[s] = n
-			return err
-		})
-		for _, n := range counts {
-			total += n
-		}
+		var err error
+		total, err = a.repair(ctx, key)
 		return nil, err
 	})
-	err := f.Err()
-	return total, err
+	return total, f.Err()
 }
 
 // SetDeviceState records what is known of device i; tests and the rebuild

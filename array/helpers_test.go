@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/kvarray/kvarray/device"
@@ -32,9 +34,15 @@ func allMechanisms() Option {
 
 func newRig(t testing.TB, n int, opts ...Option) *rig {
 	t.Helper()
+	return newRigLimits(t, n, device.Limits{}, opts...)
+}
+
+// newRigLimits is newRig with device limits (zero fields: defaults).
+func newRigLimits(t testing.TB, n int, l device.Limits, opts ...Option) *rig {
+	t.Helper()
 	r := &rig{t: t, opts: opts}
 	for i := 0; i < n; i++ {
-		m := mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)))
+		m := mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)), mem.WithLimits(l))
 		r.mems = append(r.mems, m)
 		r.devs = append(r.devs, m)
 	}
@@ -67,9 +75,16 @@ func (r *rig) replace(i int) {
 	}
 }
 
-// repairAll repairs every key in keys and marks every device healthy.
+// repairAll re-admits the devices that answer again (as Rebuilding, since
+// they may be stale), repairs every key in keys and marks those devices
+// healthy.
 func (r *rig) repairAll(keys []string) {
 	r.t.Helper()
+	for i := range r.mems {
+		if !r.mems[i].Failed() && r.a.DeviceState(i) == mechanism.Failed {
+			r.a.SetDeviceState(i, mechanism.Rebuilding)
+		}
+	}
 	for _, k := range keys {
 		if _, err := r.a.Repair(context.Background(), []byte(k)); err != nil {
 			r.t.Fatalf("repair %q: %v", k, err)
@@ -143,8 +158,13 @@ func randBytes(rng *rand.Rand, n int) []byte {
 	return b
 }
 
+// newRand returns a seeded source; the seed is logged, and SEED=n in the
+// environment replays a run.
 func newRand(t testing.TB) *rand.Rand {
 	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
+	if s := os.Getenv("SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (replay with SEED=%d)", seed, seed)
 	return rand.New(rand.NewPCG(seed, 0))
 }

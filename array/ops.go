@@ -44,13 +44,17 @@ func (l *located) header() *format.Header { return &l.have[l.best].Value.Header 
 func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 	have := a.env.Read(ctx, k.Data(), []int{k.Primary})
 	p := &have[0]
-	if !p.OK() {
+	trusted := a.env.State(k.Primary) == mechanism.Healthy
+	if !p.OK() || !trusted {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if errors.Is(p.Err, device.ErrNotFound) && a.env.State(k.Primary) == mechanism.Healthy {
+		if errors.Is(p.Err, device.ErrNotFound) && trusted {
 			return nil, fmt.Errorf("split %d: %w", k.Split, ErrNotFound)
 		}
+		// The primary cannot tell (failed, corrupt, or being rebuilt and
+		// perhaps stale): ask the devices that can hold pieces under the
+		// data key too, and trust the newest.
 		if w := min(a.maxWidth, a.env.N()); w > 1 {
 			have = append(have, a.env.ReadSpan(ctx, k, 1, w, nil)...)
 		}
@@ -66,8 +70,10 @@ func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 		if errors.Is(p.Err, format.ErrCorrupt) || k.Want != 0 {
 			return nil, mechanism.Lost(k, "array", have, "no readable header")
 		}
-		return nil, fmt.Errorf("split %d: primary device %d cannot answer and no other device holds a piece: %w",
-			k.Split, k.Primary, errors.Join(ErrUnavailable, p.Err))
+		// p.Err is detail, not wrapped: a not-found from a device being
+		// rebuilt must not read as "the key does not exist".
+		return nil, fmt.Errorf("split %d: %w: primary device %d cannot answer (%v) and no other device holds a piece",
+			k.Split, ErrUnavailable, k.Primary, p.Err)
 	}
 	m, ok := a.byRM[have[best].Value.RM]
 	if !ok {
@@ -399,4 +405,94 @@ func (a *Array) deviceKeys(ctx context.Context, i int, prefix []byte) ([][]byte,
 		return nil
 	})
 	return keys, err
+}
+
+// repair runs under key's lock.
+func (a *Array) repair(ctx context.Context, key []byte) (int, error) {
+	splits := 0
+	l, err := a.locate(ctx, a.key(key, 0))
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrNotFound):
+		l = nil
+	default:
+		return 0, err
+	}
+	counts := make([]int, a.o.parallelism)
+	var total int
+	if l != nil {
+		h := *l.header()
+		splits = int(h.Splits)
+		counts = make([]int, splits)
+		err = a.forSplits(ctx, splits, func(s int) error {
+			k := a.key(key, s)
+			if s > 0 {
+				k.Want = h.Version
+			}
+			n, err := l.m.Repair(ctx, k, &h)
+			if err != nil {
+				return err
+			}
+			// Past the mechanism's width, no piece under the data key
+			// belongs to this value.
+			swept, err := a.sweep(ctx, k, l.m.Width())
+			counts[s] = n + swept
+			return err
+		})
+		for _, n := range counts {
+			total += n
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+	// Splits past the end (all of them when the key does not exist) are
+	// orphans of an earlier, larger value or of a failed delete.
+	for s := splits; s < format.MaxSplits; s++ {
+		n, err := a.sweep(ctx, a.key(key, s), 0)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if n == 0 {
+			break
+		}
+	}
+	if l == nil {
+		return total, fmt.Errorf("split 0: %w", ErrNotFound)
+	}
+	return total, nil
+}
+
+// sweep deletes the data-key pieces of k on the devices at offsets
+// [from, maxWidth) from its primary and returns how many there were.
+func (a *Array) sweep(ctx context.Context, k mechanism.Key, from int) (int, error) {
+	devs := a.env.Span(k, from, min(a.maxWidth, a.env.N()))
+	if len(devs) == 0 {
+		return 0, nil
+	}
+	ops := make([]mechanism.Op, len(devs))
+	for i, d := range devs {
+		ops[i] = mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpExist, Key: k.Data()}}
+	}
+	a.env.Do(ctx, ops)
+	var found []int
+	var errs []error
+	for i := range ops {
+		switch {
+		case errors.Is(ops[i].Err, device.ErrDeviceFailed):
+			// Swept when it is resynced, before it serves again.
+		case ops[i].Err != nil:
+			errs = append(errs, ops[i].Err)
+		case ops[i].Found:
+			found = append(found, ops[i].Dev)
+		}
+	}
+	if err := a.env.Delete(ctx, k.Data(), found); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return 0, fmt.Errorf("sweep orphans of split %d: %w", k.Split, errors.Join(errs...))
+	}
+	return len(found), nil
 }

@@ -96,7 +96,10 @@ func (m *Mechanism) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 // when it is good; otherwise every copy is read, the newest good one wins
 // and is written over the bad and stale ones.
 func (m *Mechanism) Retrieve(ctx context.Context, k mechanism.Key, have []mechanism.Piece) ([]byte, format.Header, error) {
-	if p := &have[0]; p.OK() && p.Dev == k.Primary && m.mine(&p.Value.Header) && (k.Want == 0 || p.Value.Version == k.Want) {
+	// The primary's copy alone is trusted only while the primary is known
+	// to hold everything: a device being rebuilt or resynced may be stale.
+	if p := &have[0]; p.OK() && p.Dev == k.Primary && m.env.State(k.Primary) == mechanism.Healthy &&
+		m.mine(&p.Value.Header) && (k.Want == 0 || p.Value.Version == k.Want) {
 		return p.Value.Payload, p.Value.Header, nil
 	}
 	best, _, err := m.heal(ctx, k, have)

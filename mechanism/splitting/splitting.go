@@ -1,0 +1,554 @@
+// Package splitting is the Splitting mechanism (KVMD's RAID 6 counterpart):
+// one split's user bytes are cut into k equal data shards, r parity shards
+// are computed with an erasure code, and the k+r shards are stored under the
+// split's data key on the k+r consecutive devices from its primary, shard i
+// on device Primary+i (mod N). Any k good shards of one write rebuild the
+// split; more than r bad ones are reported as data loss, never as wrong
+// bytes.
+//
+// Every shard is a complete internal value (format.Header ‖ RM fields ‖
+// shard bytes) with RM format.RMSplitting, EC erasure.ReedSolomon and
+// SplitLen the user bytes of the split, so the zero padding of the last
+// data shards is stripped without any other shard. The RM fields are
+// FieldsLen bytes:
+//
+//	off size field
+//	0   1    k, data shards
+//	1   1    r, parity shards
+//	2   1    index of this shard (0..k-1 data, k..k+r-1 parity)
+//	3   4    shard size in bytes, little-endian
+//
+// Invariants:
+//
+//   - Shards are combined only when they agree on everything one store
+//     writes into them: version, code, k, r, shard size, split and object
+//     lengths; and a shard counts only on the device its index names. A
+//     stale shard (an older version) or a foreign piece (another RM) is
+//     treated like a missing one, so it is never mixed into a result.
+//   - The version returned is the newest one that has at least k good
+//     shards. An older version is only considered within the width of the
+//     newest one seen: shards beyond it are leftovers of an older, wider
+//     geometry whose newer write may well have been acknowledged.
+//   - k and r are read from the pieces, not from the configuration, so a
+//     split written under another geometry is still read, repaired and
+//     released correctly.
+//   - Repairs write only devices that answered: a device that reported
+//     device.ErrDeviceFailed is left for rebuild.
+package splitting
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/erasure"
+	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/mechanism"
+)
+
+// Name is the mechanism's name in configs.
+const Name = "splitting"
+
+// Defaults when a geometry is not configured: RAID 6 over six devices, as
+// in the KVMD evaluation.
+const (
+	DefaultK = 4
+	DefaultR = 2
+)
+
+// FieldsLen is the length of the RM fields of every shard.
+const FieldsLen = 7
+
+// maxField is the largest k, r or index the one-byte fields hold.
+const maxField = math.MaxUint8
+
+// New returns a Factory for Splitting with k data and r parity shards; 0
+// takes DefaultK or DefaultR. The factory refuses a geometry the codec does
+// not support or that needs more than the array's devices.
+func New(k, r int) mechanism.Factory {
+	if k == 0 {
+		k = DefaultK
+	}
+	if r == 0 {
+		r = DefaultR
+	}
+	return func(env *mechanism.Env) (mechanism.Mechanism, error) { return newSplitting(env, k, r) }
+}
+
+// splitting is the mechanism bound to one Env.
+type splitting struct {
+	env      *mechanism.Env
+	k, r     int
+	codec    erasure.Codec
+	splitCap int
+}
+
+func newSplitting(env *mechanism.Env, k, r int) (*splitting, error) {
+	if k < 1 || r < 0 || k > maxField || r > maxField {
+		return nil, fmt.Errorf("%s: k=%d r=%d, want 1 ≤ k ≤ %d and 0 ≤ r ≤ %d", Name, k, r, maxField, maxField)
+	}
+	if k+r > env.N() {
+		return nil, fmt.Errorf("%s: k=%d r=%d needs %d devices, the array has %d", Name, k, r, k+r, env.N())
+	}
+	codec, err := erasure.Lookup(erasure.ReedSolomon, k, r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	maxShard := env.Limits().MaxValueLen - format.HeaderLen - FieldsLen
+	if maxShard < 1 {
+		return nil, fmt.Errorf("%s: device values of %d bytes cannot hold a header and a shard", Name, env.Limits().MaxValueLen)
+	}
+	return &splitting{env: env, k: k, r: r, codec: codec, splitCap: splitCap(codec, maxShard)}, nil
+}
+
+// splitCap is the largest split whose shards fit in maxShard bytes and
+// whose length fits the header's 32-bit SplitLen. ShardSize grows with n,
+// so a binary search finds it whatever padding the codec needs.
+func splitCap(c erasure.Codec, maxShard int) int {
+	lo, hi := 0, min(c.K()*maxShard, math.MaxUint32)
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if c.ShardSize(mid) <= maxShard {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
+
+// RM implements mechanism.Mechanism.
+func (m *splitting) RM() format.RM { return format.RMSplitting }
+
+// Name implements mechanism.Mechanism.
+func (m *splitting) Name() string { return Name }
+
+// SplitCap implements mechanism.Mechanism.
+func (m *splitting) SplitCap() int { return m.splitCap }
+
+// Width implements mechanism.Mechanism.
+func (m *splitting) Width() int { return m.k + m.r }
+
+// Tolerates implements mechanism.Mechanism.
+func (m *splitting) Tolerates() int { return m.r }
+
+// shape is what one store writes identically into all the shards of a
+// split; shards combine only when their shapes are equal.
+type shape struct {
+	version   uint64
+	objectLen uint64
+	splits    uint32
+	splitLen  uint32
+	ec        format.EC
+	k, r      int
+	shardSize int
+}
+
+func (g *shape) width() int { return g.k + g.r }
+
+// header returns the header of shard index of g.
+func (g *shape) header(fields *[FieldsLen]byte, index int) format.Header {
+	putFields(fields, g.k, g.r, index, g.shardSize)
+	return format.Header{RM: format.RMSplitting, EC: g.ec, Splits: g.splits, SplitLen: g.splitLen,
+		ObjectLen: g.objectLen, Version: g.version, Fields: fields[:]}
+}
+
+func putFields(f *[FieldsLen]byte, k, r, index, shardSize int) {
+	f[0], f[1], f[2] = byte(k), byte(r), byte(index)
+	binary.LittleEndian.PutUint32(f[3:], uint32(shardSize))
+}
+
+// geometry returns the k and r a header of ours records, and false for a
+// header that is not a well-formed Splitting one.
+func (m *splitting) geometry(h *format.Header) (k, r int, ok bool) {
+	if h == nil || h.RM != format.RMSplitting || len(h.Fields) != FieldsLen {
+		return 0, 0, false
+	}
+	k, r = int(h.Fields[0]), int(h.Fields[1])
+	return k, r, k >= 1 && k+r <= m.env.N()
+}
+
+// widthOf is the width a header of ours records, or our own for any other
+// header, as the span to read or clean up.
+func (m *splitting) widthOf(h *format.Header) int {
+	if k, r, ok := m.geometry(h); ok {
+		return k + r
+	}
+	return m.k + m.r
+}
+
+func (m *splitting) codecFor(ec format.EC, k, r int) (erasure.Codec, error) {
+	if ec == erasure.ReedSolomon && k == m.k && r == m.r {
+		return m.codec, nil
+	}
+	return erasure.Lookup(ec, k, r)
+}
+
+// parse checks that v is a well-formed shard of ours whose payload matches
+// its recorded geometry, and returns its shape and index.
+func (m *splitting) parse(v *format.Value) (shape, int, bool) {
+	k, r, ok := m.geometry(&v.Header)
+	if !ok {
+		return shape{}, 0, false
+	}
+	f := v.Fields
+	index, size := int(f[2]), int(binary.LittleEndian.Uint32(f[3:]))
+	if index >= k+r || size != len(v.Payload) {
+		return shape{}, 0, false
+	}
+	c, err := m.codecFor(v.EC, k, r)
+	if err != nil || c.ShardSize(int(v.SplitLen)) != size {
+		return shape{}, 0, false
+	}
+	return shape{version: v.Version, objectLen: v.ObjectLen, splits: v.Splits, splitLen: v.SplitLen,
+		ec: v.EC, k: k, r: r, shardSize: size}, index, true
+}
+
+// Store implements mechanism.Mechanism: it encodes value and writes the k+r
+// shards with one concurrent write.
+func (m *splitting) Store(ctx context.Context, k mechanism.Key, obj mechanism.Object, value []byte, prev *mechanism.Prev) error {
+	if len(value) > m.splitCap {
+		return fmt.Errorf("%s: store split %d of %q: %d bytes, a split holds %d: %w",
+			Name, k.Split, k.User, len(value), m.splitCap, device.ErrValueTooLarge)
+	}
+	vals, err := m.encode(obj, value)
+	if err != nil {
+		return fmt.Errorf("%s: store split %d of %q: %w", Name, k.Split, k.User, err)
+	}
+	w := m.k + m.r
+	if err := m.env.Write(ctx, k.Data(), m.env.Span(k, 0, w), vals); err != nil {
+		return fmt.Errorf("%s: store split %d of %q: %w", Name, k.Split, k.User, err)
+	}
+	if prev != nil {
+		if old := m.widthOf(&prev.Header); old > w {
+			if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, w, old)); err != nil {
+				return fmt.Errorf("%s: drop old shards of split %d of %q: %w", Name, k.Split, k.User, err)
+			}
+		}
+	}
+	return nil
+}
+
+// encode returns the k+r encoded pieces of value. All pieces, and the
+// shards that cannot alias value (the padded tail and the parity), share
+// one allocation; the full data shards are read straight from value, so
+// the user bytes are copied once, into the pieces.
+func (m *splitting) encode(obj mechanism.Object, value []byte) ([][]byte, error) {
+	k, w, n := m.k, m.k+m.r, len(value)
+	s := m.codec.ShardSize(n)
+	pl := format.HeaderLen + FieldsLen + s
+	full := min(n/s, k)
+	buf := make([]byte, w*pl+(w-full)*s)
+	scratch := buf[w*pl:]
+	ptrs := make([][]byte, 2*w)
+	shards, vals := ptrs[:w:w], ptrs[w:]
+	for i := range shards {
+		if i < full {
+			shards[i] = value[i*s : (i+1)*s : (i+1)*s]
+			continue
+		}
+		shards[i], scratch = scratch[:s:s], scratch[s:]
+		if i < k && i*s < n {
+			copy(shards[i], value[i*s:]) // the rest stays zero: the padding
+		}
+	}
+	if err := m.codec.Encode(shards); err != nil {
+		return nil, err
+	}
+	g := shape{version: obj.Version, objectLen: obj.ObjectLen, splits: obj.Splits, splitLen: uint32(n),
+		ec: erasure.ReedSolomon, k: k, r: m.r, shardSize: s}
+	var fields [FieldsLen]byte
+	for i := range vals {
+		h := g.header(&fields, i)
+		vals[i] = format.Append(buf[i*pl:i*pl:(i+1)*pl], &h, shards[i])
+	}
+	return vals, nil
+}
+
+// Retrieve implements mechanism.Mechanism. When the primary's shard is
+// good, only the other k-1 data shards are read; if they are all good and
+// of its write, they are joined without decoding. Otherwise every shard is
+// read, the newest write with k good shards is decoded and the bad shards
+// are rewritten.
+func (m *splitting) Retrieve(ctx context.Context, k mechanism.Key, have []mechanism.Piece) ([]byte, format.Header, error) {
+	if len(have) > 0 && have[0].OK() && have[0].Dev == k.Primary {
+		p0 := &have[0]
+		if g, index, ok := m.parse(&p0.Value); ok && index == 0 && (k.Want == 0 || g.version == k.Want) {
+			if g.k == 1 {
+				return p0.Value.Payload[:g.splitLen:g.splitLen], p0.Value.Header, nil
+			}
+			pieces := m.env.ReadSpan(ctx, k, 0, g.k, have)
+			if m.allOf(&g, pieces) {
+				return join(&g, pieces, nil), p0.Value.Header, nil
+			}
+			// Keep what the caller read beyond the data shards.
+			have = append(pieces, have...)
+		}
+	}
+	r, err := m.heal(ctx, k, have, 0)
+	if err != nil {
+		return nil, format.Header{}, err
+	}
+	return join(&r.shape, nil, r.shards), r.header, nil
+}
+
+// allOf reports whether pieces[i] is a good shard i of g for every i.
+func (m *splitting) allOf(g *shape, pieces []mechanism.Piece) bool {
+	for i := range pieces {
+		if !pieces[i].OK() {
+			return false
+		}
+		if s, index, ok := m.parse(&pieces[i].Value); !ok || index != i || s != *g {
+			return false
+		}
+	}
+	return true
+}
+
+// join returns the user bytes of g from its data shards, given either as
+// pieces or as shards.
+func join(g *shape, pieces []mechanism.Piece, shards [][]byte) []byte {
+	out := make([]byte, g.splitLen)
+	off := 0
+	for i := 0; i < g.k && off < len(out); i++ {
+		if pieces != nil {
+			off += copy(out[off:], pieces[i].Value.Payload)
+		} else {
+			off += copy(out[off:], shards[i])
+		}
+	}
+	return out
+}
+
+// Repair implements mechanism.Mechanism. It returns an error when a
+// rewrite failed, with the count of the rewrites that succeeded.
+func (m *splitting) Repair(ctx context.Context, k mechanism.Key, hint *format.Header) (int, error) {
+	r, err := m.heal(ctx, k, nil, m.widthOf(hint))
+	if err != nil {
+		return 0, err
+	}
+	if r.rewriteErr != nil {
+		return r.rewritten, fmt.Errorf("%s: repair split %d of %q: %w", Name, k.Split, k.User, r.rewriteErr)
+	}
+	return r.rewritten, nil
+}
+
+// Release implements mechanism.Mechanism.
+func (m *splitting) Release(ctx context.Context, k mechanism.Key, hint *format.Header, keep int) error {
+	w := m.widthOf(hint)
+	if keep >= w {
+		return nil
+	}
+	if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, keep, w)); err != nil {
+		return fmt.Errorf("%s: release split %d of %q: %w", Name, k.Split, k.User, err)
+	}
+	return nil
+}
+
+// healed is the outcome of heal: the chosen write, all of its shards, and
+// what rewriting the bad ones did.
+type healed struct {
+	shape
+	shards     [][]byte
+	header     format.Header
+	rewritten  int
+	rewriteErr error
+}
+
+// Reasons a piece that was read and verified is still not used.
+var (
+	errForeign  = errors.New("not a well-formed splitting shard")
+	errMisplace = errors.New("shard on the wrong device")
+	errStale    = errors.New("shard of another write")
+)
+
+// heal reads every shard of k (at least w devices from the primary, more
+// when a shard records a wider geometry; have is reused), chooses the
+// newest write with k good shards, reconstructs its missing shards and
+// rewrites them on the devices that answer.
+func (m *splitting) heal(ctx context.Context, k mechanism.Key, have []mechanism.Piece, w int) (healed, error) {
+	w = min(max(w, m.k+m.r), m.env.N())
+	pieces := have
+	var shapes []shape
+	var good []bool
+	for {
+		pieces = m.env.ReadSpan(ctx, k, 0, w, pieces)
+		shapes, good = make([]shape, w), make([]bool, w)
+		next := w
+		for i := range pieces {
+			p := &pieces[i]
+			if !p.OK() {
+				continue
+			}
+			s, index, ok := m.parse(&p.Value)
+			switch {
+			case !ok:
+				p.Err = errForeign
+			case index != i:
+				p.Err = fmt.Errorf("%w: shard %d found at offset %d", errMisplace, index, i)
+			default:
+				shapes[i], good[i] = s, true
+				next = max(next, s.width())
+			}
+		}
+		if next <= w {
+			break
+		}
+		w = next
+	}
+	g, ok := choose(k, shapes, good)
+	if !ok {
+		if allNotFound(pieces) && k.Want == 0 {
+			return healed{}, fmt.Errorf("%s split %d of key %q: %w", Name, k.Split, k.User, device.ErrNotFound)
+		}
+		if err := ctx.Err(); err != nil {
+			return healed{}, fmt.Errorf("%s: retrieve split %d of %q: %w", Name, k.Split, k.User, err)
+		}
+		return healed{}, mechanism.Lost(k, Name, pieces, shortfall(k, pieces, shapes, good))
+	}
+
+	codec, err := m.codecFor(g.ec, g.k, g.r)
+	if err != nil {
+		return healed{}, fmt.Errorf("%s: split %d of %q: %w", Name, k.Split, k.User, err)
+	}
+	r := healed{shape: g, shards: make([][]byte, g.width())}
+	var bad []int
+	for i := range r.shards {
+		if good[i] && shapes[i] == g {
+			r.shards[i] = pieces[i].Value.Payload
+			if r.header.RM == 0 {
+				r.header = pieces[i].Value.Header
+			}
+		} else {
+			bad = append(bad, i)
+		}
+	}
+	if len(bad) == 0 {
+		return r, nil
+	}
+	// Rebuild into one buffer: zero-length entries with capacity are
+	// filled in place by the codec.
+	buf := make([]byte, len(bad)*g.shardSize)
+	for j, i := range bad {
+		r.shards[i] = buf[j*g.shardSize : j*g.shardSize : (j+1)*g.shardSize]
+	}
+	if err := codec.Reconstruct(r.shards); err != nil {
+		return healed{}, fmt.Errorf("%s: reconstruct split %d of %q: %w", Name, k.Split, k.User, err)
+	}
+	r.rewritten, r.rewriteErr = m.rewrite(ctx, k, &g, r.shards, pieces, bad)
+	return r, nil
+}
+
+// choose returns the shape of the newest write with at least k good shards
+// in place. See the package invariants for why an older write only counts
+// within the width of the newest.
+func choose(k mechanism.Key, shapes []shape, good []bool) (shape, bool) {
+	usable := func(i int) bool { return good[i] && (k.Want == 0 || shapes[i].version == k.Want) }
+	var newest uint64
+	newestWidth := 0
+	for i := range shapes {
+		if !usable(i) {
+			continue
+		}
+		if v := shapes[i].version; v > newest {
+			newest, newestWidth = v, shapes[i].width()
+		} else if v == newest {
+			newestWidth = max(newestWidth, shapes[i].width())
+		}
+	}
+	var best shape
+	bestN, found := 0, false
+	for i := range shapes {
+		if !usable(i) {
+			continue
+		}
+		g := &shapes[i]
+		if found && (g.version < best.version || *g == best) {
+			continue
+		}
+		n := 0
+		for j := range shapes {
+			if good[j] && shapes[j] == *g && (g.version == newest || j < newestWidth) {
+				n++
+			}
+		}
+		if n >= g.k && (!found || g.version > best.version || n > bestN) {
+			best, bestN, found = *g, n, true
+		}
+	}
+	return best, found
+}
+
+// rewrite stores shards[i] of g for each i in bad whose device answered,
+// and returns how many stores succeeded and why the others failed. A
+// failed rewrite leaves the shard for a later repair; it does not make the
+// read fail.
+func (m *splitting) rewrite(ctx context.Context, k mechanism.Key, g *shape, shards [][]byte, pieces []mechanism.Piece, bad []int) (int, error) {
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	pl := format.HeaderLen + FieldsLen + g.shardSize
+	buf := make([]byte, 0, len(bad)*pl)
+	ops := make([]mechanism.Op, 0, len(bad))
+	key := k.Data()
+	var fields [FieldsLen]byte
+	for _, i := range bad {
+		if errors.Is(pieces[i].Err, device.ErrDeviceFailed) {
+			continue
+		}
+		h := g.header(&fields, i)
+		start := len(buf)
+		buf = format.Append(buf, &h, shards[i])
+		ops = append(ops, mechanism.Op{Dev: pieces[i].Dev,
+			Op: device.Op{Kind: device.OpStore, Key: key, Value: buf[start:len(buf):len(buf)]}})
+	}
+	m.env.Do(ctx, ops)
+	n := 0
+	var errs []error
+	for i := range ops {
+		if ops[i].Err == nil {
+			n++
+		} else {
+			errs = append(errs, ops[i].Err)
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// shortfall explains a loss: it marks the verified shards that are not of
+// the newest usable write as stale, so that the error lists every unusable
+// shard, and says how many good shards the newest write kept.
+func shortfall(k mechanism.Key, pieces []mechanism.Piece, shapes []shape, good []bool) string {
+	var newest *shape
+	for i := range shapes {
+		if good[i] && (k.Want == 0 || shapes[i].version == k.Want) && (newest == nil || shapes[i].version > newest.version) {
+			newest = &shapes[i]
+		}
+	}
+	n := 0
+	for i := range pieces {
+		switch {
+		case !good[i]:
+		case newest != nil && shapes[i] == *newest:
+			n++
+		default:
+			pieces[i].Err = fmt.Errorf("%w: version %d", errStale, shapes[i].version)
+		}
+	}
+	if newest == nil {
+		return fmt.Sprintf("no good shard in %d pieces", len(pieces))
+	}
+	return fmt.Sprintf("%d good shards of version %d, %d needed", n, newest.version, newest.k)
+}
+
+func allNotFound(pieces []mechanism.Piece) bool {
+	for i := range pieces {
+		if !errors.Is(pieces[i].Err, device.ErrNotFound) {
+			return false
+		}
+	}
+	return true
+}
