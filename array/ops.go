@@ -33,7 +33,7 @@ func shown(key []byte) string {
 type located struct {
 	m    mechanism.Mechanism
 	have []mechanism.Piece // pieces read, have[0] the primary's
-	best int                // index in have of the newest good piece
+	best int               // index in have of the newest good piece
 }
 
 func (l *located) header() *format.Header { return &l.have[l.best].Value.Header }

@@ -125,4 +125,3 @@ func (a *Array) AdoptDevice(ctx context.Context, i int) error {
 	}
 	return nil
 }
-
