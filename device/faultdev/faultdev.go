@@ -1,0 +1,286 @@
+// Package faultdev injects errors into any device.Device, in the manner of
+// Pebble's vfs/errorfs: Wrap puts an Injector in front of a device, and the
+// Injector decides, operation by operation, whether to fail it. Injectors
+// compose (OnWrites(OnIndex(3, nil)) fails the fourth write), so a test can
+// fail exactly the operation it means to, on any backend.
+//
+// Invariants:
+//   - The injector is consulted once per device operation, before the
+//     operation reaches the wrapped device, and an injected failure never
+//     reaches it: the operation has no effect.
+//   - Each op of a Batch is one operation, consulted in slice order; the ops
+//     not failed are passed on as one batch, still in order.
+//   - Iterate is one operation (OpIterate, Key = the prefix) and Info is
+//     one (OpInfo, no key). Close is never injected, so that resources are
+//     always released.
+//   - Injectors given a nil error inject ErrInjected, which wraps
+//     device.ErrDeviceFailed: by default an injected failure looks like a
+//     device failure, the error the array must tolerate.
+package faultdev
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/kvarray/kvarray/device"
+)
+
+// ErrInjected is the error injected when no other is given. It wraps
+// device.ErrDeviceFailed.
+var ErrInjected = fmt.Errorf("injected fault: %w", device.ErrDeviceFailed)
+
+// Kinds of operations that are not batch ops, numbered far from the
+// device.OpKind values so they can never collide with a future batch op.
+const (
+	OpIterate device.OpKind = 0x80 + iota
+	OpInfo
+)
+
+// Op is one device operation as seen by an Injector. Key is the caller's
+// buffer, valid only during MaybeError; for OpIterate it is the prefix.
+type Op struct {
+	Kind device.OpKind
+	Key  []byte
+}
+
+func (o Op) String() string {
+	switch o.Kind {
+	case OpIterate:
+		return fmt.Sprintf("iterate %q", o.Key)
+	case OpInfo:
+		return "info"
+	}
+	return fmt.Sprintf("%v %q", o.Kind, o.Key)
+}
+
+// IsRead reports whether the op reads data: retrieve, exist, iterate.
+func (o Op) IsRead() bool {
+	return o.Kind == device.OpRetrieve || o.Kind == device.OpExist || o.Kind == OpIterate
+}
+
+// IsWrite reports whether the op changes data: store, delete.
+func (o Op) IsWrite() bool {
+	return o.Kind == device.OpStore || o.Kind == device.OpDelete
+}
+
+// Injector decides whether an operation fails. It must be safe for
+// concurrent use, as devices are.
+type Injector interface {
+	// MaybeError returns the error to fail op with, or nil to let it
+	// through.
+	MaybeError(op Op) error
+}
+
+// InjectorFunc adapts a function to an Injector.
+type InjectorFunc func(op Op) error
+
+// MaybeError implements Injector.
+func (f InjectorFunc) MaybeError(op Op) error { return f(op) }
+
+func orInjected(err error) error {
+	if err == nil {
+		return ErrInjected
+	}
+	return err
+}
+
+// Always fails every operation with err (ErrInjected if nil).
+func Always(err error) Injector {
+	err = orInjected(err)
+	return InjectorFunc(func(Op) error { return err })
+}
+
+// Index fails exactly one operation: the n-th it is consulted for,
+// counting from 0. The count is atomic, so among concurrent operations
+// exactly one fails.
+type Index struct {
+	n     int64
+	err   error
+	count atomic.Int64
+}
+
+// OnIndex returns an injector failing the n-th operation (from 0) with err
+// (ErrInjected if nil).
+func OnIndex(n int64, err error) *Index {
+	return &Index{n: n, err: orInjected(err)}
+}
+
+// MaybeError implements Injector.
+func (x *Index) MaybeError(Op) error {
+	if x.count.Add(1)-1 == x.n {
+		return x.err
+	}
+	return nil
+}
+
+// Count returns how many operations the injector has been consulted for.
+func (x *Index) Count() int64 { return x.count.Load() }
+
+// Toggle is an injector switched on and off at run time, for example to
+// let a setup phase through and then fail everything. The zero Toggle is
+// off and, once on, injects ErrInjected; set Injector to inject something
+// narrower. Only On and Off may be called concurrently with MaybeError.
+type Toggle struct {
+	Injector Injector // consulted while on; nil means Always(nil)
+	on       atomic.Bool
+}
+
+// On starts injecting.
+func (t *Toggle) On() { t.on.Store(true) }
+
+// Off stops injecting.
+func (t *Toggle) Off() { t.on.Store(false) }
+
+// Enabled reports whether the toggle is on.
+func (t *Toggle) Enabled() bool { return t.on.Load() }
+
+// MaybeError implements Injector.
+func (t *Toggle) MaybeError(op Op) error {
+	if !t.on.Load() {
+		return nil
+	}
+	if t.Injector == nil {
+		return ErrInjected
+	}
+	return t.Injector.MaybeError(op)
+}
+
+// OnReads passes only reads (retrieve, exist, iterate) to inj; other ops
+// are let through without consulting it, so they do not advance an OnIndex
+// inside.
+func OnReads(inj Injector) Injector {
+	return InjectorFunc(func(op Op) error {
+		if op.IsRead() {
+			return inj.MaybeError(op)
+		}
+		return nil
+	})
+}
+
+// OnWrites passes only writes (store, delete) to inj.
+func OnWrites(inj Injector) Injector {
+	return InjectorFunc(func(op Op) error {
+		if op.IsWrite() {
+			return inj.MaybeError(op)
+		}
+		return nil
+	})
+}
+
+// OnPrefix passes to inj only the ops that touch keys starting with
+// prefix: ops on such a key, and iterations whose range overlaps them
+// (iterating "a" touches the keys of prefix "ab", and the other way round).
+func OnPrefix(prefix []byte, inj Injector) Injector {
+	prefix = bytes.Clone(prefix)
+	return InjectorFunc(func(op Op) error {
+		switch {
+		case op.Kind == OpInfo:
+			return nil
+		case bytes.HasPrefix(op.Key, prefix),
+			op.Kind == OpIterate && bytes.HasPrefix(prefix, op.Key):
+			return inj.MaybeError(op)
+		}
+		return nil
+	})
+}
+
+// Wrap returns d with inj consulted before every operation. Closing the
+// result closes d.
+func Wrap(d device.Device, inj Injector) device.Device {
+	return &wrapped{d: d, inj: inj}
+}
+
+type wrapped struct {
+	d   device.Device
+	inj Injector
+}
+
+func (w *wrapped) check(kind device.OpKind, key []byte) error {
+	op := Op{Kind: kind, Key: key}
+	if err := w.inj.MaybeError(op); err != nil {
+		return fmt.Errorf("faultdev: %v: %w", op, err)
+	}
+	return nil
+}
+
+func (w *wrapped) Store(ctx context.Context, key, value []byte) error {
+	if err := w.check(device.OpStore, key); err != nil {
+		return err
+	}
+	return w.d.Store(ctx, key, value)
+}
+
+func (w *wrapped) Retrieve(ctx context.Context, key []byte) ([]byte, error) {
+	if err := w.check(device.OpRetrieve, key); err != nil {
+		return nil, err
+	}
+	return w.d.Retrieve(ctx, key)
+}
+
+func (w *wrapped) Delete(ctx context.Context, key []byte) error {
+	if err := w.check(device.OpDelete, key); err != nil {
+		return err
+	}
+	return w.d.Delete(ctx, key)
+}
+
+func (w *wrapped) Exist(ctx context.Context, key []byte) (bool, error) {
+	if err := w.check(device.OpExist, key); err != nil {
+		return false, err
+	}
+	return w.d.Exist(ctx, key)
+}
+
+func (w *wrapped) Iterate(ctx context.Context, prefix []byte, fn func(key []byte) error) error {
+	if err := w.check(OpIterate, prefix); err != nil {
+		return err
+	}
+	return w.d.Iterate(ctx, prefix, fn)
+}
+
+func (w *wrapped) Info(ctx context.Context) (device.Info, error) {
+	if err := w.check(OpInfo, nil); err != nil {
+		return device.Info{}, err
+	}
+	return w.d.Info(ctx)
+}
+
+func (w *wrapped) Close() error { return w.d.Close() }
+
+// Batch fails the ops the injector picks and passes the rest to the
+// wrapped device as one batch. If that batch as a whole fails, its error is
+// returned (the passed ops carry it); the injected ops keep their own.
+func (w *wrapped) Batch(ctx context.Context, ops []device.Op) error {
+	var (
+		pass []device.Op
+		idx  []int
+	)
+	for i := range ops {
+		op := &ops[i]
+		op.Result, op.Found, op.Err = nil, false, nil
+		if err := w.check(op.Kind, op.Key); err != nil {
+			op.Err = fmt.Errorf("batch op %d: %w", i, err)
+			continue
+		}
+		pass = append(pass, *op)
+		idx = append(idx, i)
+	}
+	if len(pass) == 0 {
+		if len(ops) == 0 {
+			return w.d.Batch(ctx, ops)
+		}
+		return nil
+	}
+	if len(pass) == len(ops) {
+		return w.d.Batch(ctx, ops)
+	}
+	err := w.d.Batch(ctx, pass)
+	for j, i := range idx {
+		ops[i].Result, ops[i].Found, ops[i].Err = pass[j].Result, pass[j].Found, pass[j].Err
+	}
+	return err
+}
+
+var _ device.Device = (*wrapped)(nil)
