@@ -1,7 +1,6 @@
 package array
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -136,8 +135,15 @@ func verifyHeaders(ctx context.Context, env *mechanism.Env) (header, []error, er
 	for i := range hs {
 		switch {
 		case errs[i] != nil:
-			if errors.Is(errs[i], device.ErrNotFound) {
+			cause := errs[i]
+			var de *mechanism.DeviceError
+			if errors.As(cause, &de) {
+				cause = de.Err
+			}
+			if errors.Is(cause, device.ErrNotFound) {
 				errs[i] = fmt.Errorf("device %d (%s) holds no array header (empty or replaced device: rebuild it): %w", i, env.Name(i), device.ErrDeviceFailed)
+			} else {
+				errs[i] = fmt.Errorf("device %d (%s) cannot be read: %w", i, env.Name(i), cause)
 			}
 		case hs[i].id != id:
 			bad = append(bad, fmt.Errorf("device %d (%s) belongs to another array (%s, not %s)", i, env.Name(i), hs[i].id, id))
@@ -176,6 +182,3 @@ func writeHeaders(ctx context.Context, env *mechanism.Env, h header, devs []int)
 	}
 	return errors.Join(errs...)
 }
-
-// isHeaderKey reports whether an internal key is the array header's.
-func isHeaderKey(k []byte) bool { return bytes.Equal(k, headerKey) }

@@ -33,10 +33,23 @@ func shown(key []byte) string {
 type located struct {
 	m    mechanism.Mechanism
 	have []mechanism.Piece // pieces read, have[0] the primary's
-	best int               // index in have of the newest good piece
+	hdr  format.Header     // of the newest good piece, or from a locator
+	// payload of the primary's piece when it is the newest good one.
+	payload []byte
 }
 
-func (l *located) header() *format.Header { return &l.have[l.best].Value.Header }
+func (l *located) header() *format.Header { return &l.hdr }
+
+// locator is implemented by mechanisms whose pieces are not all under the
+// data key (Packing): they can find a split whose primary piece is lost.
+type locator interface {
+	Locate(ctx context.Context, k mechanism.Key) (format.Header, bool, error)
+}
+
+// needsPrevious is implemented by mechanisms that must be handed the
+// previous value of a split they overwrite (Packing), so the array reads
+// before writing for them even in standalone mode.
+type needsPrevious interface{ NeedsPrevious() bool }
 
 // locate finds which mechanism wrote split k: from the primary's header
 // when it reads well, else from the newest good piece on the devices that
@@ -50,6 +63,9 @@ func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 			return nil, err
 		}
 		if errors.Is(p.Err, device.ErrNotFound) && trusted {
+			if k.Split == 0 {
+				return nil, ErrNotFound
+			}
 			return nil, fmt.Errorf("split %d: %w", k.Split, ErrNotFound)
 		}
 		// The primary cannot tell (failed, corrupt, or being rebuilt and
@@ -67,6 +83,17 @@ func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 		}
 	}
 	if best < 0 {
+		for _, m := range a.mechs {
+			if lc, ok := m.(locator); ok {
+				h, found, err := lc.Locate(ctx, k)
+				if err != nil {
+					return nil, err
+				}
+				if found && (k.Want == 0 || h.Version == k.Want) {
+					return &located{m: m, have: have, hdr: h}, nil
+				}
+			}
+		}
 		if errors.Is(p.Err, format.ErrCorrupt) || k.Want != 0 {
 			return nil, mechanism.Lost(k, "array", have, "no readable header")
 		}
@@ -80,7 +107,11 @@ func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 		return nil, fmt.Errorf("split %d on device %d was written by mechanism id %d, which is not configured: %w",
 			k.Split, have[best].Dev, have[best].Value.RM, ErrUnknownMechanism)
 	}
-	return &located{m: m, have: have, best: best}, nil
+	l := &located{m: m, have: have, hdr: have[best].Value.Header}
+	if best == 0 {
+		l.payload = have[0].Value.Payload
+	}
+	return l, nil
 }
 
 // Store writes value under key, replacing any previous value.
@@ -154,7 +185,7 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 		}
 	}
 	var prev *located
-	if a.readsBeforeWrite(c, n) {
+	if a.readsBeforeWrite(m, c, n) {
 		l, err := a.locate(ctx, a.key(key, 0))
 		switch {
 		case err == nil:
@@ -173,9 +204,7 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 		ph = prev.header()
 		prevSplits = int(ph.Splits)
 		a.clock.Observe(ph.Version)
-		if prev.best == 0 {
-			prevPayload = prev.have[0].Value.Payload
-		}
+		prevPayload = prev.payload
 		// Clean up what the previous mechanism left beyond what the new
 		// one overwrites (KVMD's num_user_key rule), and excess splits.
 		err := a.forSplits(ctx, prevSplits, func(s int) error {
@@ -211,8 +240,8 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 // must custom stores and any store once the array is mixed. A standalone
 // store of a huge value also reads, to remove excess splits of the value
 // it replaces (a negligible cost next to the value itself).
-func (a *Array) readsBeforeWrite(c call, n int) bool {
-	if a.o.mode == Hybrid || c.rm != "" || n > 1 {
+func (a *Array) readsBeforeWrite(m mechanism.Mechanism, c call, n int) bool {
+	if np, ok := m.(needsPrevious); a.o.mode == Hybrid || c.rm != "" || n > 1 || (ok && np.NeedsPrevious()) {
 		return true
 	}
 	a.hdrMu.Lock()

@@ -17,7 +17,7 @@ type unavailable struct {
 }
 
 func (u *unavailable) fail() error {
-	return fmt.Errorf("%s: %w: %v", u.name, ErrDeviceFailed, u.err)
+	return fmt.Errorf("%w: %v", ErrDeviceFailed, u.err)
 }
 
 func (u *unavailable) Store(context.Context, []byte, []byte) error      { return u.fail() }

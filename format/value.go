@@ -39,6 +39,10 @@ var ErrCorrupt = errors.New("corrupt value")
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// zeroCRC stands in for the CRC field while it is computed (a package
+// variable: a local one escapes to the heap through crc32.Update).
+var zeroCRC [4]byte
+
 // RM identifies a reliability mechanism on disk. The numbers are part of the
 // format: never reuse one.
 type RM uint8
@@ -109,9 +113,8 @@ func Append(dst []byte, h *Header, payload []byte) []byte {
 // checksum is the CRC32C of an encoded value, taken as if its CRC field were
 // zero.
 func checksum(b []byte) uint32 {
-	var zero [4]byte
 	c := crc32.Update(0, castagnoli, b[:crcOff])
-	c = crc32.Update(c, castagnoli, zero[:])
+	c = crc32.Update(c, castagnoli, zeroCRC[:])
 	return crc32.Update(c, castagnoli, b[crcOff+4:])
 }
 

@@ -42,6 +42,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
+	"sync"
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/erasure"
@@ -214,12 +216,16 @@ func (m *splitting) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 		return fmt.Errorf("%s: store split %d of %q: %d bytes, a split holds %d: %w",
 			Name, k.Split, k.User, len(value), m.splitCap, device.ErrValueTooLarge)
 	}
-	vals, err := m.encode(obj, value)
+	vals, buf, err := m.encode(obj, value)
 	if err != nil {
 		return fmt.Errorf("%s: store split %d of %q: %w", Name, k.Split, k.User, err)
 	}
 	w := m.k + m.r
-	if err := m.env.Write(ctx, k.Data(), m.env.Span(k, 0, w), vals); err != nil {
+	err = m.env.Write(ctx, k.Data(), m.env.Span(k, 0, w), vals)
+	// Devices do not retain values once a store returns (device
+	// contract), so the pieces' memory is free again.
+	putBuf(buf)
+	if err != nil {
 		return fmt.Errorf("%s: store split %d of %q: %w", Name, k.Split, k.User, err)
 	}
 	if prev != nil {
@@ -232,16 +238,18 @@ func (m *splitting) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 	return nil
 }
 
-// encode returns the k+r encoded pieces of value. All pieces, and the
-// shards that cannot alias value (the padded tail and the parity), share
-// one allocation; the full data shards are read straight from value, so
-// the user bytes are copied once, into the pieces.
-func (m *splitting) encode(obj mechanism.Object, value []byte) ([][]byte, error) {
+// encode returns the k+r encoded pieces of value, and the pooled buffer
+// that holds them, to be given back with putBuf once they are written. All
+// pieces, and the shards that cannot alias value (the padded tail and the
+// parity), share that one buffer; the full data shards are read straight
+// from value, so the user bytes are copied once, into the pieces.
+func (m *splitting) encode(obj mechanism.Object, value []byte) ([][]byte, *[]byte, error) {
 	k, w, n := m.k, m.k+m.r, len(value)
 	s := m.codec.ShardSize(n)
 	pl := format.HeaderLen + FieldsLen + s
 	full := min(n/s, k)
-	buf := make([]byte, w*pl+(w-full)*s)
+	bp := getBuf(w*pl + (w-full)*s)
+	buf := *bp
 	scratch := buf[w*pl:]
 	ptrs := make([][]byte, 2*w)
 	shards, vals := ptrs[:w:w], ptrs[w:]
@@ -251,12 +259,14 @@ func (m *splitting) encode(obj mechanism.Object, value []byte) ([][]byte, error)
 			continue
 		}
 		shards[i], scratch = scratch[:s:s], scratch[s:]
-		if i < k && i*s < n {
-			copy(shards[i], value[i*s:]) // the rest stays zero: the padding
+		if i < k {
+			// The buffer is recycled: the padding must be zeroed here.
+			clear(shards[i][copy(shards[i], value[min(i*s, n):]):])
 		}
 	}
 	if err := m.codec.Encode(shards); err != nil {
-		return nil, err
+		putBuf(bp)
+		return nil, nil, err
 	}
 	g := shape{version: obj.Version, objectLen: obj.ObjectLen, splits: obj.Splits, splitLen: uint32(n),
 		ec: erasure.ReedSolomon, k: k, r: m.r, shardSize: s}
@@ -265,7 +275,40 @@ func (m *splitting) encode(obj mechanism.Object, value []byte) ([][]byte, error)
 		h := g.header(&fields, i)
 		vals[i] = format.Append(buf[i*pl:i*pl:(i+1)*pl], &h, shards[i])
 	}
-	return vals, nil
+	return vals, bp, nil
+}
+
+// Store's buffers are pooled by power-of-two size class: allocating them
+// fresh cost more than the parity itself (zeroing, then page faults on
+// cold memory). Classes start at 4 KiB, below which allocation is cheap,
+// and stop at 64 MiB, past any split of a 2 MiB-value device.
+const (
+	minPoolClass = 12
+	maxPoolClass = 26
+)
+
+var bufPools [maxPoolClass + 1]sync.Pool // of *[]byte with cap 1<<class
+
+// getBuf returns a buffer of n bytes with arbitrary contents.
+func getBuf(n int) *[]byte {
+	c := bits.Len(uint(max(n, 1) - 1))
+	if c < minPoolClass || c > maxPoolClass {
+		b := make([]byte, n)
+		return &b
+	}
+	if p, ok := bufPools[c].Get().(*[]byte); ok {
+		*p = (*p)[:n]
+		return p
+	}
+	b := make([]byte, n, 1<<c)
+	return &b
+}
+
+func putBuf(p *[]byte) {
+	c := bits.Len(uint(cap(*p)) - 1)
+	if c >= minPoolClass && c <= maxPoolClass && cap(*p) == 1<<c {
+		bufPools[c].Put(p)
+	}
 }
 
 // Retrieve implements mechanism.Mechanism. When the primary's shard is

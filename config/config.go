@@ -1,0 +1,342 @@
+// Package config reads and writes kvarray.yaml, the file that says which
+// devices make up an array (in creation order, which is part of the array's
+// identity) and how values are protected, and turns it into devices and
+// array options. It is the one place where the mechanism names a user
+// writes map to mechanism packages (see the mechanisms table).
+//
+// A config is validated as a whole before anything touches a device, so a
+// malformed file never creates or opens anything.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/device"
+)
+
+// FileName is the config file kvarray looks for by default.
+const FileName = "kvarray.yaml"
+
+// ErrInvalid is wrapped by every error about the content of a config.
+var ErrInvalid = errors.New("invalid config")
+
+// Config is the content of a config file. Zero fields take the defaults
+// listed on each field; Parse fills them in, so a parsed Config (and what
+// Marshal writes from it) states every value in effect.
+type Config struct {
+	// Devices are device specs in creation order: "pebble:DIR" (a
+	// directory; relative to the config file's directory) or "mem:NAME"
+	// (an in-process emulator, empty at every open).
+	Devices []string `yaml:"devices"`
+	// Mode is "standalone" (every value with Default) or "hybrid" (by
+	// size, per Thresholds). Default: hybrid when Thresholds are given,
+	// else standalone.
+	Mode string `yaml:"mode,omitempty"`
+	// Default is the mechanism for standalone mode and for sizes no
+	// threshold covers. Default: replication.
+	Default string `yaml:"default,omitempty"`
+	// Thresholds are hybrid mode's rules, in ascending order of Max; the
+	// first rule whose Max is at least the value's size picks the
+	// mechanism. A last rule without Max takes every larger value.
+	Thresholds []Threshold `yaml:"thresholds,omitempty"`
+	// Replication configures the replication mechanism, which is always
+	// available. Default: min(3, number of devices) copies.
+	Replication *Replication `yaml:"replication,omitempty"`
+	// Splitting configures erasure-coded splitting; without this section
+	// the mechanism is not available.
+	Splitting *Splitting `yaml:"splitting,omitempty"`
+	// Packing configures packing of small values into erasure-coded
+	// stripes; without this section the mechanism is not available.
+	Packing *Packing `yaml:"packing,omitempty"`
+	// Device sets the limits of pebble and mem devices.
+	Device DeviceConfig `yaml:"device"`
+	// MaxValue is the largest user value. Default: 1GiB.
+	MaxValue Size `yaml:"max_value,omitempty"`
+
+	// dir is the directory relative pebble paths are relative to; empty
+	// means the process's working directory.
+	dir string
+}
+
+// Threshold is one hybrid-mode rule.
+type Threshold struct {
+	// Max is the largest value size the rule takes; nil takes any size
+	// and is allowed only on the last rule.
+	Max *Size  `yaml:"max,omitempty"`
+	RM  string `yaml:"rm"`
+}
+
+// Replication configures the replication mechanism.
+type Replication struct {
+	Copies int `yaml:"copies"`
+}
+
+// Splitting configures the splitting mechanism: k data and r parity shards
+// per split, on k+r consecutive devices.
+type Splitting struct {
+	K int `yaml:"k"`
+	R int `yaml:"r"`
+}
+
+// Packing configures the packing mechanism: small values packed into
+// stripes of k data and r parity members; a stripe waits at most Wait
+// (default 2ms) for values to fill it.
+type Packing struct {
+	K    int      `yaml:"k"`
+	R    int      `yaml:"r"`
+	Wait Duration `yaml:"wait,omitempty"`
+}
+
+// DeviceConfig sets the limits every pebble and mem device enforces. The
+// defaults are a Samsung KV SSD's. Set them before creating the array:
+// placement and split sizes depend on them.
+type DeviceConfig struct {
+	// MinKey and MaxKey bound internal keys (user key + 3 bytes).
+	// Defaults: 4 and 255.
+	MinKey int `yaml:"min_key,omitempty"`
+	MaxKey int `yaml:"max_key,omitempty"`
+	// MaxValue bounds one stored piece; larger user values are split.
+	// Default: 2MiB.
+	MaxValue Size `yaml:"max_value,omitempty"`
+	// Capacity bounds each device's bytes of keys and values; 0 is
+	// unlimited.
+	Capacity Size `yaml:"capacity"`
+	// Perf is the speed model of mem devices (ignored by pebble).
+	Perf *Perf `yaml:"perf,omitempty"`
+}
+
+// Perf is the speed model of mem devices; zero fields mean no limit.
+type Perf struct {
+	Latency     Duration `yaml:"latency,omitempty"`
+	OpsPerSec   float64  `yaml:"ops_per_sec,omitempty"`
+	BytesPerSec Size     `yaml:"bytes_per_sec,omitempty"`
+}
+
+// Defaults of fields left out.
+const (
+	DefaultMaxValue       = Size(array.DefaultMaxValue)
+	DefaultDeviceMaxValue = Size(device.DefaultMaxValueLen)
+	DefaultPackingWait    = Duration(2 * time.Millisecond)
+	// hybridSmall is where Default's thresholds switch from replication:
+	// KVMD's measurements favour replication for small values, whose
+	// erasure-coded shards would be dominated by headers.
+	hybridSmall = Size(8 << 10)
+	// packingMax is where Default's thresholds switch from packing to
+	// splitting when packing is available.
+	packingMax = Size(32 << 10)
+)
+
+// Dir returns the directory relative device paths are resolved against
+// ("" for the working directory).
+func (c *Config) Dir() string { return c.dir }
+
+// SetDir sets the directory relative device paths are resolved against.
+func (c *Config) SetDir(dir string) { c.dir = dir }
+
+// Load reads and validates the config file at path. Relative device paths
+// in it are relative to the file's directory.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	c, err := Parse(data, dir)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes and validates a config. Unknown fields are errors. dir is
+// the directory relative device paths are relative to.
+func Parse(data []byte, dir string) (*Config, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, problems{errors.New("the file is empty: it must list devices")}
+		}
+		return nil, problems{yamlError(err)}
+	}
+	if err := dec.Decode(new(yaml.Node)); !errors.Is(err, io.EOF) {
+		return nil, problems{errors.New("more than one YAML document (a line of ---?)")}
+	}
+	c.dir = dir
+	c = c.withDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+var unknownField = regexp.MustCompile(`field (\S+) not found in type \S+`)
+
+// yamlError turns yaml.v3's messages into one line each, naming unknown
+// fields as such rather than by Go type.
+func yamlError(err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	msgs := make([]string, len(te.Errors))
+	for i, m := range te.Errors {
+		msgs[i] = unknownField.ReplaceAllString(m, `unknown field "$1"`)
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// Default returns the config `kvarray init` writes: n pebble devices
+// dataDir/dev0..dev{n-1} in hybrid mode, replication (min(3, n) copies) for
+// values up to 8KiB and for everything when there are fewer than 3
+// devices, and otherwise the other available mechanisms for larger values.
+func Default(dataDir string, n int) *Config {
+	c := &Config{Mode: "hybrid", Default: "replication", Replication: &Replication{Copies: min(3, n)}}
+	for i := range n {
+		c.Devices = append(c.Devices, "pebble:"+filepath.Join(dataDir, fmt.Sprintf("dev%d", i)))
+	}
+	small := hybridSmall
+	if n < 3 || !available("splitting") {
+		c.Thresholds = []Threshold{{RM: "replication"}}
+	} else {
+		c.Thresholds = []Threshold{{Max: &small, RM: "replication"}}
+		if available("packing") {
+			mid := packingMax
+			c.Packing = &Packing{K: min(4, n-2), R: 2, Wait: DefaultPackingWait}
+			c.Thresholds = append(c.Thresholds, Threshold{Max: &mid, RM: "packing"})
+		}
+		c.Splitting = &Splitting{K: min(4, n-2), R: 2}
+		c.Thresholds = append(c.Thresholds, Threshold{RM: "splitting"})
+	}
+	d := c.withDefaults()
+	return &d
+}
+
+// withDefaults returns a copy of c with the defaults filled in.
+func (c *Config) withDefaults() Config {
+	d := *c
+	if d.Mode == "" {
+		d.Mode = "standalone"
+		if len(d.Thresholds) > 0 {
+			d.Mode = "hybrid"
+		}
+	}
+	if d.Default == "" {
+		d.Default = "replication"
+	}
+	if d.Replication == nil {
+		d.Replication = &Replication{Copies: min(3, len(d.Devices))}
+	}
+	if d.Packing != nil && d.Packing.Wait == 0 {
+		p := *d.Packing
+		p.Wait = DefaultPackingWait
+		d.Packing = &p
+	}
+	if d.Device.MinKey == 0 {
+		d.Device.MinKey = device.DefaultMinKeyLen
+	}
+	if d.Device.MaxKey == 0 {
+		d.Device.MaxKey = device.DefaultMaxKeyLen
+	}
+	if d.Device.MaxValue == 0 {
+		d.Device.MaxValue = DefaultDeviceMaxValue
+	}
+	if d.MaxValue == 0 {
+		d.MaxValue = DefaultMaxValue
+	}
+	return d
+}
+
+// Options returns the array options the config describes: mode, default
+// mechanism, thresholds, the available mechanisms and the largest value.
+// The config should be valid.
+func (c *Config) Options() []array.Option {
+	d := c.withDefaults()
+	mode, _ := array.ParseMode(d.Mode)
+	rules := make([]array.Rule, len(d.Thresholds))
+	for i, t := range d.Thresholds {
+		rules[i] = array.Rule{RM: t.RM}
+		if t.Max != nil {
+			rules[i].Max = int64(*t.Max)
+		}
+	}
+	return []array.Option{
+		array.WithMode(mode),
+		array.WithDefault(d.Default),
+		array.WithRules(rules...),
+		array.WithMechanisms(d.factories()...),
+		array.WithMaxValue(int64(d.MaxValue)),
+	}
+}
+
+// Marshal encodes the config as YAML, one device per line and one
+// threshold per line, the way Default's output is meant to be read.
+func (c *Config) Marshal() ([]byte, error) {
+	var root yaml.Node
+	if err := root.Encode(c); err != nil {
+		return nil, err
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		switch k.Value {
+		case "devices":
+			k.HeadComment = "Devices in creation order: the order is part of the array's identity.\n" +
+				"pebble:DIR (relative to this file's directory) or mem:NAME (in-memory)."
+		case "thresholds":
+			k.HeadComment = "Hybrid mode: the first rule whose max fits the value picks its mechanism."
+			for _, t := range v.Content {
+				t.Style = yaml.FlowStyle
+			}
+		case "replication", "splitting", "packing", "device":
+			v.Style = yaml.FlowStyle
+		}
+		if k.Value == "device" {
+			k.HeadComment = "Limits of every pebble and mem device (defaults: a KV SSD's). Fix them before creating the array."
+		}
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&root); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// problems is a config's list of problems, reported together on one line
+// so that a user fixes them in one pass.
+type problems []error
+
+func (p problems) Error() string {
+	msgs := make([]string, len(p))
+	for i, e := range p {
+		msgs[i] = e.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (p problems) Unwrap() []error { return p }
+
+func (p problems) Is(target error) bool { return target == ErrInvalid }
+
+func (p *problems) add(format string, args ...any) {
+	*p = append(*p, fmt.Errorf(format, args...))
+}

@@ -1,0 +1,939 @@
+// Package packing is the Packing mechanism: up to k values whose primaries
+// are k different devices form a reliability set, protected by r parity
+// objects on r other devices (KVMD's multi-object erasure coding). Each
+// member stays whole on its own primary, so reading a healthy member is one
+// device read, and the storage overhead is r/k, as with Splitting, without
+// cutting small values into tiny shards.
+//
+// Layout (see docs/ARCHITECTURE.md):
+//
+//   - A member is stored on its primary under its data key, as a normal
+//     piece whose RM fields hold the set id, the set's geometry (k, r, shard
+//     size, parity devices) and its slot. The zero padding to the shard
+//     size is virtual: it is never written.
+//   - Parity j of set S is stored on its parity device under a key derived
+//     from S (kind kindParity), and its RM fields carry the set's
+//     membership: each member's slot, device, key, split and lengths, and
+//     the version the parity covers. The membership is thus written r
+//     times for free, with no separate metadata objects: an insert costs
+//     1 + r/ck device writes.
+//   - A member read whose primary is lost finds its set from the parity
+//     headers on the surviving devices (an index built on the first such
+//     read and kept current afterwards).
+//
+// Invariants:
+//
+//   - A set never holds two members on one device, and its parities are on
+//     devices that hold no member.
+//   - A piece counts in a reconstruction only if it is exactly what the
+//     parity covers: a member of the listed version, a parity of the
+//     newest set version. Anything else is treated as erased, so stale
+//     pieces are never mixed in and wrong bytes are never returned.
+//   - Updates and deletes patch the parities with the difference between
+//     the old and new member (the MemEC/PARIX idea) rather than regrouping
+//     the set; changes to one set are serialised.
+//   - A store is acknowledged only once its member and all r parities are
+//     written.
+package packing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/erasure"
+	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/internal/hlc"
+	"github.com/kvarray/kvarray/internal/keylock"
+	"github.com/kvarray/kvarray/mechanism"
+)
+
+// Name is the mechanism's name in configs.
+const Name = "packing"
+
+// Defaults, as in the KVMD evaluation.
+const (
+	DefaultK    = 4
+	DefaultR    = 2
+	DefaultWait = 2 * time.Millisecond
+)
+
+// New returns a Factory for Packing with sets of up to k members and r
+// parities, waiting at most wait for a set to fill (0 takes the defaults).
+// On fewer than k+r devices, sets hold at most N-r members.
+func New(k, r int, wait time.Duration) mechanism.Factory {
+	if k == 0 {
+		k = DefaultK
+	}
+	if r == 0 {
+		r = DefaultR
+	}
+	if wait == 0 {
+		wait = DefaultWait
+	}
+	return func(env *mechanism.Env) (mechanism.Mechanism, error) {
+		if k < 1 || r < 1 || k > 255 || r > 255 {
+			return nil, fmt.Errorf("packing: k=%d r=%d: want 1..255 each", k, r)
+		}
+		if env.N() < r+1 {
+			return nil, fmt.Errorf("packing: r=%d parities need at least %d devices, the array has %d", r, r+1, env.N())
+		}
+		k = min(k, env.N()-r)
+		codec, err := erasure.Lookup(erasure.ReedSolomon, k, r)
+		if err != nil {
+			return nil, fmt.Errorf("packing: %w", err)
+		}
+		m := &Mechanism{env: env, k: k, r: r, wait: wait, codec: codec,
+			sets: keylock.New(), pending: make([][]*entry, env.N())}
+		if m.SplitCap() < 1 {
+			return nil, fmt.Errorf("packing: device values of %d bytes cannot hold a parity header", env.Limits().MaxValueLen)
+		}
+		return m, nil
+	}
+}
+
+// Mechanism is Packing bound to an array's devices.
+type Mechanism struct {
+	env   *mechanism.Env
+	k, r  int
+	wait  time.Duration
+	codec erasure.Codec
+	ids   hlc.Clock // set ids and parity versions
+	sets  *keylock.Table
+
+	mu      sync.Mutex
+	pending [][]*entry // per device, oldest first
+	seq     uint64
+
+	idxMu sync.Mutex
+	index map[string]indexEntry // member key‖split → its set; nil until needed
+
+	sets1 atomic.Int64 // sets formed, by members: for stats
+}
+
+type indexEntry struct {
+	g       geometry
+	m       member
+	version uint64 // version of the parity it was read from
+}
+
+// RM implements mechanism.Mechanism.
+func (m *Mechanism) RM() format.RM { return format.RMPacking }
+
+// Name implements mechanism.Mechanism.
+func (m *Mechanism) Name() string { return Name }
+
+// Width implements mechanism.Mechanism: members live on their primary only.
+func (m *Mechanism) Width() int { return 1 }
+
+// Tolerates implements mechanism.Mechanism.
+func (m *Mechanism) Tolerates() int { return m.r }
+
+// SplitCap implements mechanism.Mechanism: a parity is as large as the
+// largest member plus the set's membership, and must fit on a device.
+func (m *Mechanism) SplitCap() int {
+	l := m.env.Limits()
+	return l.MaxValueLen - format.HeaderLen - maxParityFields(m.k, m.r, l.MaxKeyLen-format.KeyOverhead)
+}
+
+// NeedsPrevious reports that a store must be given the previous value:
+// replacing a member without patching its set would corrupt the set.
+func (m *Mechanism) NeedsPrevious() bool { return true }
+
+func memberKey(key []byte, split int) string {
+	return string(format.Key(key, split, format.KindData))
+}
+
+// ---- insert: queue, form a set, write it ----
+
+type entry struct {
+	k     mechanism.Key
+	obj   mechanism.Object
+	value []byte
+	seq   uint64
+	done  chan struct{}
+	err   error
+	taken bool // guarded by Mechanism.mu
+}
+
+// Store implements mechanism.Mechanism.
+func (m *Mechanism) Store(ctx context.Context, k mechanism.Key, obj mechanism.Object, value []byte, prev *mechanism.Prev) error {
+	if prev != nil {
+		done, err := m.updateInPlace(ctx, k, obj, value, prev)
+		if done {
+			return err
+		}
+		if err := m.detach(ctx, k, nil); err != nil && !errors.Is(err, device.ErrNotFound) {
+			return fmt.Errorf("packing: move split %d of %q out of its set: %w", k.Split, k.User, err)
+		}
+	}
+	return m.insert(ctx, k, obj, value)
+}
+
+func (m *Mechanism) insert(ctx context.Context, k mechanism.Key, obj mechanism.Object, value []byte) error {
+	e := &entry{k: k, obj: obj, value: value, done: make(chan struct{})}
+	m.mu.Lock()
+	m.seq++
+	e.seq = m.seq
+	m.pending[k.Primary] = append(m.pending[k.Primary], e)
+	set := m.formLocked(-1)
+	m.mu.Unlock()
+	if set != nil {
+		m.writeSet(ctx, set)
+	}
+	timer := time.NewTimer(m.wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-e.done:
+			return e.err
+		case <-timer.C:
+			m.mu.Lock()
+			if !e.taken {
+				set = m.formLocked(k.Primary)
+			}
+			m.mu.Unlock()
+			if set != nil {
+				m.writeSet(ctx, set)
+				set = nil
+			}
+			timer.Reset(m.wait)
+		case <-ctx.Done():
+			m.mu.Lock()
+			if !e.taken {
+				q := m.pending[k.Primary]
+				m.pending[k.Primary] = slices.DeleteFunc(q, func(x *entry) bool { return x == e })
+				m.mu.Unlock()
+				return ctx.Err()
+			}
+			m.mu.Unlock()
+			<-e.done
+			return e.err
+		}
+	}
+}
+
+// formLocked takes the oldest entry of up to k devices, oldest first. With
+// force < 0 it forms a set only when k devices have entries; otherwise it
+// forms one with what there is, including device force.
+func (m *Mechanism) formLocked(force int) []*entry {
+	var devs []int
+	for d, q := range m.pending {
+		if len(q) > 0 {
+			devs = append(devs, d)
+		}
+	}
+	if len(devs) == 0 || (force < 0 && len(devs) < m.k) {
+		return nil
+	}
+	sort.Slice(devs, func(i, j int) bool { return m.pending[devs[i]][0].seq < m.pending[devs[j]][0].seq })
+	if len(devs) > m.k {
+		if force >= 0 && !slices.Contains(devs[:m.k], force) {
+			devs[m.k-1] = force
+		}
+		devs = devs[:m.k]
+	}
+	set := make([]*entry, len(devs))
+	for i, d := range devs {
+		set[i] = m.pending[d][0]
+		set[i].taken = true
+		m.pending[d] = m.pending[d][1:]
+	}
+	return set
+}
+
+// parityDevices picks r devices holding no member, starting at a point
+// derived from the set id so that parity load spreads over the devices.
+func (m *Mechanism) parityDevices(id uint64, members []int) []int {
+	n := m.env.N()
+	start := int((id * 0x9E3779B97F4A7C15) >> 33 % uint64(n))
+	var out []int
+	for i := 0; len(out) < m.r && i < n; i++ {
+		d := (start + i) % n
+		if !slices.Contains(members, d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// writeSet encodes a new set and writes its members and parities; every
+// entry completes with the outcome.
+func (m *Mechanism) writeSet(ctx context.Context, set []*entry) {
+	// One caller's cancellation must not fail the others' stores.
+	ctx = context.WithoutCancel(ctx)
+	shardSize := 1
+	devs := make([]int, len(set))
+	for i, e := range set {
+		shardSize = max(shardSize, len(e.value))
+		devs[i] = e.k.Primary
+	}
+	id := m.ids.Next()
+	g := geometry{set: id, k: m.k, r: m.r, shardSize: shardSize, parity: m.parityDevices(id, devs)}
+	shards := m.newShards(shardSize)
+	members := make([]member, len(set))
+	for i, e := range set {
+		copy(shards[i], e.value)
+		members[i] = member{slot: i, dev: e.k.Primary, key: e.k.User, split: e.k.Split,
+			splits: e.obj.Splits, splitLen: uint32(len(e.value)), objectLen: e.obj.ObjectLen, version: e.obj.Version}
+	}
+	err := m.codec.Encode(shards)
+	if err == nil {
+		ops := make([]mechanism.Op, 0, len(set)+m.r)
+		roster := rosterOf(members)
+		for i, e := range set {
+			ops = append(ops, m.memberOp(g, roster, &members[i], e.value))
+		}
+		pf := parityFields{geometry: g, members: members}
+		ops = append(ops, m.parityOps(&pf, m.ids.Next(), shards[m.k:])...)
+		m.env.Do(ctx, ops)
+		err = joinOps(ops)
+		if err == nil {
+			m.noteSet(&pf, 0)
+			m.sets1.Add(1)
+		}
+	}
+	for _, e := range set {
+		if err != nil {
+			e.err = fmt.Errorf("packing: store split %d of %q in set %x: %w", e.k.Split, e.k.User, id, err)
+		}
+		close(e.done)
+	}
+}
+
+// newShards returns k data shards (zero: empty slots are virtual zero
+// members) and r parity shards of size n, in one allocation.
+func (m *Mechanism) newShards(n int) [][]byte {
+	buf := make([]byte, (m.k+m.r)*n)
+	shards := make([][]byte, m.k+m.r)
+	for i := range shards {
+		shards[i] = buf[i*n : (i+1)*n : (i+1)*n]
+	}
+	return shards
+}
+
+func (m *Mechanism) memberOp(g geometry, roster []member, mb *member, value []byte) mechanism.Op {
+	f := memberFields{geometry: g, slot: mb.slot, roster: roster}
+	h := format.Header{RM: format.RMPacking, EC: erasure.ReedSolomon, Splits: mb.splits,
+		SplitLen: mb.splitLen, ObjectLen: mb.objectLen, Version: mb.version, Fields: f.encode()}
+	return mechanism.Op{Dev: mb.dev, Op: device.Op{Kind: device.OpStore,
+		Key: format.Key(mb.key, mb.split, format.KindData), Value: format.Encode(&h, value)}}
+}
+
+// parityOps returns the writes of the r parities of pf at version v.
+func (m *Mechanism) parityOps(pf *parityFields, v uint64, parity [][]byte) []mechanism.Op {
+	ops := make([]mechanism.Op, m.r)
+	key := setKey(pf.set)
+	for j := range ops {
+		f := *pf
+		f.index = j
+		h := format.Header{RM: format.RMPacking, EC: erasure.ReedSolomon, Splits: 1, Version: v, Fields: f.encode()}
+		ops[j] = mechanism.Op{Dev: pf.parity[j], Op: device.Op{Kind: device.OpStore, Key: key, Value: format.Encode(&h, parity[j])}}
+	}
+	return ops
+}
+
+func joinOps(ops []mechanism.Op) error {
+	var errs []error
+	for i := range ops {
+		if ops[i].Err != nil {
+			errs = append(errs, ops[i].Err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ---- reading a set ----
+
+// parity is one parity piece as read.
+type parity struct {
+	mechanism.Piece
+	f  parityFields
+	ok bool
+}
+
+// readParities reads the r parities of g.
+func (m *Mechanism) readParities(ctx context.Context, g geometry) []parity {
+	pieces := make([]parity, len(g.parity))
+	ops := make([]mechanism.Op, len(g.parity))
+	for j, d := range g.parity {
+		ops[j] = mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpRetrieve, Key: setKey(g.set)}}
+	}
+	m.env.Do(ctx, ops)
+	for j := range ops {
+		p := &pieces[j]
+		p.Dev, p.Err = ops[j].Dev, ops[j].Err
+		if p.Err != nil {
+			continue
+		}
+		if p.Value, p.Err = format.Decode(ops[j].Result); p.Err != nil {
+			continue
+		}
+		f, err := decodeParity(p.Value.Fields)
+		switch {
+		case err != nil:
+			p.Err = err
+		case p.Value.RM != format.RMPacking || f.set != g.set || f.index != j || len(p.Value.Payload) != f.shardSize:
+			p.Err = fmt.Errorf("%w: parity %d of set %x on device %d does not match its set", format.ErrCorrupt, j, g.set, p.Dev)
+		default:
+			p.f, p.ok = f, true
+		}
+	}
+	return pieces
+}
+
+// fastParities returns the parities when all r are good, of one version,
+// and list member key/split at slot with version want.
+func fastParities(pars []parity, key []byte, split, slot int, want uint64) bool {
+	for i := range pars {
+		p := &pars[i]
+		if !p.ok || p.Value.Version != pars[0].Value.Version {
+			return false
+		}
+		i := slices.IndexFunc(p.f.members, func(mb member) bool { return mb.slot == slot })
+		if i < 0 || p.f.members[i].version != want || p.f.members[i].split != split || string(p.f.members[i].key) != string(key) {
+			return false
+		}
+	}
+	return true
+}
+
+// setState is a set read whole: membership, and every shard, reconstructed
+// where a piece was missing, corrupt or stale.
+type setState struct {
+	g       geometry
+	f       parityFields // membership, from the newest good parity
+	version uint64       // that parity's version
+	shards  [][]byte
+	bad     []bool // per shard: the piece on the device must be rewritten
+}
+
+// loadSet reads the parities and the members of set g and reconstructs
+// what is missing. It fails with mechanism.ErrDataLoss (wrapped) when more
+// than r pieces are bad. roster, from a member's own fields, is used when
+// no parity is readable.
+func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member) (*setState, error) {
+	pars := m.readParities(ctx, g)
+	best := -1
+	for j := range pars {
+		if pars[j].ok && (best < 0 || pars[j].Value.Version > pars[best].Value.Version) {
+			best = j
+		}
+	}
+	if best < 0 {
+		st, err := m.fromRoster(ctx, g, roster)
+		if err != nil {
+			errs := []error{err}
+			for j := range pars {
+				errs = append(errs, pars[j].Err)
+			}
+			return nil, fmt.Errorf("packing set %x: no parity readable: %w", g.set, errors.Join(errs...))
+		}
+		return st, nil
+	}
+	st := &setState{f: pars[best].f, version: pars[best].Value.Version}
+	st.g = st.f.geometry
+	k := st.g.k
+	codec, err := erasure.Lookup(erasure.ReedSolomon, k, st.g.r)
+	if err != nil {
+		return nil, err
+	}
+	st.shards = make([][]byte, k+st.g.r)
+	st.bad = make([]bool, k+st.g.r)
+	for j := range pars {
+		if pars[j].ok && pars[j].Value.Version == st.version {
+			st.shards[k+j] = pars[j].Value.Payload
+		} else {
+			st.bad[k+j] = true
+		}
+	}
+	ops := make([]mechanism.Op, len(st.f.members))
+	for i, mb := range st.f.members {
+		ops[i] = mechanism.Op{Dev: mb.dev, Op: device.Op{Kind: device.OpRetrieve, Key: format.Key(mb.key, mb.split, format.KindData)}}
+	}
+	m.env.Do(ctx, ops)
+	listed := make([]bool, k)
+	for i, mb := range st.f.members {
+		listed[mb.slot] = true
+		if v, ok := memberPiece(&ops[i], st.g.set, &mb); ok {
+			st.shards[mb.slot] = pad(v.Payload, st.g.shardSize)
+		} else {
+			st.bad[mb.slot] = true
+		}
+	}
+	for s := 0; s < k; s++ {
+		if !listed[s] {
+			st.shards[s] = make([]byte, st.g.shardSize) // a virtual zero member
+		}
+	}
+	lost := 0
+	for _, b := range st.bad {
+		if b {
+			lost++
+		}
+	}
+	if lost > st.g.r {
+		return nil, fmt.Errorf("packing set %x: %d of %d pieces bad, %d tolerated: %w", g.set, lost, k+st.g.r, st.g.r, mechanism.ErrDataLoss)
+	}
+	if lost > 0 {
+		for i, b := range st.bad {
+			if b {
+				st.shards[i] = nil
+			}
+		}
+		if err := codec.Reconstruct(st.shards); err != nil {
+			return nil, fmt.Errorf("packing set %x: %w", g.set, err)
+		}
+	}
+	return st, nil
+}
+
+// fromRoster rebuilds a set whose parities are all lost from its members:
+// every roster entry whose piece still claims its slot is a member, and
+// the parities are recomputed (and marked bad, to be rewritten).
+func (m *Mechanism) fromRoster(ctx context.Context, g geometry, roster []member) (*setState, error) {
+	if len(roster) == 0 {
+		return nil, fmt.Errorf("no member roster to rebuild the set from: %w", mechanism.ErrDataLoss)
+	}
+	ops := make([]mechanism.Op, len(roster))
+	for i, mb := range roster {
+		ops[i] = mechanism.Op{Dev: mb.dev, Op: device.Op{Kind: device.OpRetrieve, Key: format.Key(mb.key, mb.split, format.KindData)}}
+	}
+	m.env.Do(ctx, ops)
+	st := &setState{g: g, f: parityFields{geometry: g}, version: m.ids.Next(),
+		shards: m.newShards(g.shardSize), bad: make([]bool, g.k+g.r)}
+	for i, mb := range roster {
+		if ops[i].Err != nil && !errors.Is(ops[i].Err, device.ErrNotFound) {
+			// It may still be a member: without parity, its loss is final.
+			return nil, fmt.Errorf("member %q of the set cannot be read: %w", mb.key, errors.Join(mechanism.ErrDataLoss, ops[i].Err))
+		}
+		if ops[i].Err != nil {
+			continue // left the set (deleted)
+		}
+		v, err := format.Decode(ops[i].Result)
+		if err != nil {
+			return nil, fmt.Errorf("member %q of the set is corrupt: %w", mb.key, errors.Join(mechanism.ErrDataLoss, err))
+		}
+		f, err := decodeMember(v.Fields)
+		if v.RM != format.RMPacking || err != nil || f.set != g.set || f.slot != mb.slot {
+			continue // left the set (moved or overwritten)
+		}
+		mb.splits, mb.splitLen, mb.objectLen, mb.version = v.Splits, v.SplitLen, v.ObjectLen, v.Version
+		st.f.members = append(st.f.members, mb)
+		copy(st.shards[mb.slot], v.Payload)
+	}
+	if err := m.codec.Encode(st.shards); err != nil {
+		return nil, err
+	}
+	for j := 0; j < g.r; j++ {
+		st.bad[g.k+j] = true
+	}
+	return st, nil
+}
+
+// memberPiece decodes op's result as the piece of member mb of set id.
+func memberPiece(op *mechanism.Op, id uint64, mb *member) (format.Value, bool) {
+	if op.Err != nil {
+		return format.Value{}, false
+	}
+	v, err := format.Decode(op.Result)
+	if err != nil || v.RM != format.RMPacking || v.Version != mb.version || v.SplitLen != mb.splitLen || len(v.Payload) != int(mb.splitLen) {
+		return format.Value{}, false
+	}
+	f, err := decodeMember(v.Fields)
+	if err != nil || f.set != id || f.slot != mb.slot {
+		return format.Value{}, false
+	}
+	return v, true
+}
+
+func pad(b []byte, n int) []byte {
+	if len(b) == n {
+		return b
+	}
+	p := make([]byte, n)
+	copy(p, b)
+	return p
+}
+
+// ---- update and remove ----
+
+// ownPiece returns the member piece of k on its primary, from prev when the
+// array already read it.
+func (m *Mechanism) ownPiece(ctx context.Context, k mechanism.Key, prev *mechanism.Prev) (format.Value, memberFields, bool) {
+	var v format.Value
+	if prev != nil && prev.Payload != nil && prev.Header.RM == format.RMPacking {
+		v = format.Value{Header: prev.Header, Payload: prev.Payload}
+	} else {
+		p := m.env.Read(ctx, k.Data(), []int{k.Primary})[0]
+		if !p.OK() || p.Value.RM != format.RMPacking {
+			return v, memberFields{}, false
+		}
+		v = p.Value
+	}
+	f, err := decodeMember(v.Fields)
+	return v, f, err == nil
+}
+
+// updateInPlace patches the set with the difference between the member's
+// old and new bytes. It reports done=false when that is not possible (the
+// new value is larger than the set's shard size, or the set is not
+// in a state to patch), for the caller to move the member instead.
+func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mechanism.Object, value []byte, prev *mechanism.Prev) (bool, error) {
+	old, f, ok := m.ownPiece(ctx, k, prev)
+	if !ok || len(value) > f.shardSize || m.env.State(k.Primary) != mechanism.Healthy {
+		return false, nil
+	}
+	tk, err := m.sets.Lock(ctx, setLockKey(f.set))
+	if err != nil {
+		return true, err
+	}
+	defer tk.Release()
+	pars := m.readParities(ctx, f.geometry)
+	if !fastParities(pars, k.User, k.Split, f.slot, old.Version) {
+		return false, nil
+	}
+	newPar, err := m.delta(f, pars, old.Payload, value)
+	if err != nil {
+		return true, err
+	}
+	mb := member{slot: f.slot, dev: k.Primary, key: k.User, split: k.Split, splits: obj.Splits,
+		splitLen: uint32(len(value)), objectLen: obj.ObjectLen, version: obj.Version}
+	pf := pars[0].f
+	pf.members = slices.Clone(pf.members)
+	for i := range pf.members {
+		if pf.members[i].slot == f.slot {
+			pf.members[i] = mb
+		}
+	}
+	ops := append([]mechanism.Op{m.memberOp(f.geometry, f.roster, &mb, value)}, m.parityOps(&pf, m.ids.Next(), newPar)...)
+	m.env.Do(ctx, ops)
+	if err := joinOps(ops); err != nil {
+		return true, fmt.Errorf("packing: update split %d of %q in set %x: %w", k.Split, k.User, f.set, err)
+	}
+	m.noteSet(&pf, 0)
+	return true, nil
+}
+
+func setLockKey(id uint64) []byte { return setKey(id) }
+
+// delta returns the parities of the set after the member at f.slot changes
+// from old to new, computed from the parities alone.
+func (m *Mechanism) delta(f memberFields, pars []parity, old, new []byte) ([][]byte, error) {
+	codec, err := erasure.Lookup(erasure.ReedSolomon, f.k, f.r)
+	if err != nil {
+		return nil, err
+	}
+	shards := make([][]byte, f.k+f.r)
+	newData := make([][]byte, f.k)
+	shards[f.slot] = pad(old, f.shardSize)
+	if len(old) == f.shardSize {
+		shards[f.slot] = slices.Clone(old) // Update overwrites the old data shard
+	}
+	newData[f.slot] = pad(new, f.shardSize)
+	for j := range pars {
+		shards[f.k+j] = slices.Clone(pars[j].Value.Payload)
+	}
+	if err := codec.Update(shards, newData); err != nil {
+		return nil, err
+	}
+	return shards[f.k:], nil
+}
+
+// detach removes the member k from its set: the parities are patched as if
+// the member became zeros, and it leaves the membership. A set left empty
+// is deleted. The member's own piece is not touched.
+func (m *Mechanism) detach(ctx context.Context, k mechanism.Key, prev *mechanism.Prev) error {
+	old, f, ok := m.ownPiece(ctx, k, prev)
+	if !ok {
+		e, found, err := m.lookup(ctx, k)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return device.ErrNotFound // in no set: nothing to detach
+		}
+		f = memberFields{geometry: e.g, slot: e.m.slot}
+		old = format.Value{}
+	}
+	tk, err := m.sets.Lock(ctx, setLockKey(f.set))
+	if err != nil {
+		return err
+	}
+	defer tk.Release()
+	pars := m.readParities(ctx, f.geometry)
+	var newPar [][]byte
+	var pf parityFields
+	if ok && fastParities(pars, k.User, k.Split, f.slot, old.Version) {
+		if newPar, err = m.delta(f, pars, old.Payload, nil); err != nil {
+			return err
+		}
+		pf = pars[0].f
+	} else {
+		st, err := m.loadSet(ctx, f.geometry, f.roster)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(st.f.members, func(mb member) bool {
+			return mb.slot == f.slot && mb.split == k.Split && string(mb.key) == string(k.User)
+		}) {
+			return nil // already not a member
+		}
+		st.shards[f.slot] = make([]byte, st.g.shardSize)
+		codec, err := erasure.Lookup(erasure.ReedSolomon, st.g.k, st.g.r)
+		if err != nil {
+			return err
+		}
+		if err := codec.Encode(st.shards); err != nil {
+			return err
+		}
+		newPar, pf = st.shards[st.g.k:], st.f
+	}
+	pf.members = slices.DeleteFunc(slices.Clone(pf.members), func(mb member) bool { return mb.slot == f.slot })
+	var ops []mechanism.Op
+	if len(pf.members) == 0 {
+		for _, d := range pf.parity {
+			ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: setKey(pf.set)}})
+		}
+	} else {
+		ops = m.parityOps(&pf, m.ids.Next(), newPar)
+	}
+	m.env.Do(ctx, ops)
+	if err := joinOps(ops); err != nil {
+		return fmt.Errorf("packing: remove split %d of %q from set %x: %w", k.Split, k.User, f.set, err)
+	}
+	m.forget(k)
+	m.noteSet(&pf, 0)
+	return nil
+}
+
+// Release implements mechanism.Mechanism.
+func (m *Mechanism) Release(ctx context.Context, k mechanism.Key, hint *format.Header, keep int) error {
+	if err := m.detach(ctx, k, nil); err != nil && !errors.Is(err, device.ErrNotFound) {
+		return fmt.Errorf("packing: release split %d of %q: %w", k.Split, k.User, err)
+	}
+	if keep > 0 {
+		return nil
+	}
+	if err := m.env.Delete(ctx, k.Data(), []int{k.Primary}); err != nil {
+		return fmt.Errorf("packing: release split %d of %q: %w", k.Split, k.User, err)
+	}
+	return nil
+}
+
+// ---- retrieve and repair ----
+
+// Retrieve implements mechanism.Mechanism.
+func (m *Mechanism) Retrieve(ctx context.Context, k mechanism.Key, have []mechanism.Piece) ([]byte, format.Header, error) {
+	p := &have[0]
+	if p.OK() && p.Dev == k.Primary && p.Value.RM == format.RMPacking && (k.Want == 0 || p.Value.Version == k.Want) &&
+		m.env.State(k.Primary) == mechanism.Healthy {
+		if _, err := decodeMember(p.Value.Fields); err == nil {
+			return p.Value.Payload, p.Value.Header, nil
+		}
+	}
+	v, h, _, err := m.recover(ctx, k, have)
+	return v, h, err
+}
+
+// recover reconstructs member k from its set, rewrites its piece when the
+// primary answers, and reports whether it did.
+func (m *Mechanism) recover(ctx context.Context, k mechanism.Key, have []mechanism.Piece) ([]byte, format.Header, bool, error) {
+	var g geometry
+	var roster []member
+	found := false
+	if len(have) > 0 && have[0].OK() && have[0].Dev == k.Primary && have[0].Value.RM == format.RMPacking {
+		if f, err := decodeMember(have[0].Value.Fields); err == nil {
+			g, roster, found = f.geometry, f.roster, true
+		}
+	}
+	if !found {
+		e, ok, err := m.lookup(ctx, k)
+		if err != nil {
+			return nil, format.Header{}, false, err
+		}
+		if !ok {
+			if len(have) > 0 && errors.Is(have[0].Err, device.ErrNotFound) && k.Want == 0 {
+				return nil, format.Header{}, false, fmt.Errorf("packing split %d of key %q: %w", k.Split, k.User, device.ErrNotFound)
+			}
+			return nil, format.Header{}, false, mechanism.Lost(k, Name, have, "in no set the surviving parities know of")
+		}
+		g = e.g
+	}
+	tk, err := m.sets.Lock(ctx, setLockKey(g.set))
+	if err != nil {
+		return nil, format.Header{}, false, err
+	}
+	defer tk.Release()
+	st, err := m.loadSet(ctx, g, roster)
+	if err != nil {
+		return nil, format.Header{}, false, fmt.Errorf("packing split %d of key %q: %w", k.Split, k.User, err)
+	}
+	i := slices.IndexFunc(st.f.members, func(mb member) bool { return mb.split == k.Split && string(mb.key) == string(k.User) })
+	if i < 0 || (k.Want != 0 && st.f.members[i].version != k.Want) {
+		return nil, format.Header{}, false, mechanism.Lost(k, Name, have, fmt.Sprintf("set %x does not hold this version", g.set))
+	}
+	mb := st.f.members[i]
+	value := st.shards[mb.slot][:mb.splitLen]
+	ops := []mechanism.Op{m.memberOp(st.g, rosterOf(st.f.members), &mb, value)}
+	h, _ := format.Decode(ops[0].Value)
+	rewritten := false
+	if st.bad[mb.slot] && m.env.State(k.Primary) != mechanism.Failed {
+		m.env.Do(ctx, ops)
+		rewritten = ops[0].Err == nil
+	}
+	return value, h.Header, rewritten, nil
+}
+
+// Repair implements mechanism.Mechanism: the member is reconstructed if
+// bad, and every bad piece of its set (other members, parities) rewritten.
+func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.Header) (int, error) {
+	have := m.env.Read(ctx, k.Data(), []int{k.Primary})
+	var g geometry
+	var roster []member
+	if p := &have[0]; p.OK() && p.Value.RM == format.RMPacking {
+		if f, err := decodeMember(p.Value.Fields); err == nil {
+			g, roster = f.geometry, f.roster
+		}
+	}
+	if g.k == 0 {
+		e, ok, err := m.lookup(ctx, k)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			return 0, mechanism.Lost(k, Name, have, "in no set the surviving parities know of")
+		}
+		g = e.g
+	}
+	tk, err := m.sets.Lock(ctx, setLockKey(g.set))
+	if err != nil {
+		return 0, err
+	}
+	defer tk.Release()
+	st, err := m.loadSet(ctx, g, roster)
+	if err != nil {
+		return 0, fmt.Errorf("packing split %d of key %q: %w", k.Split, k.User, err)
+	}
+	var ops []mechanism.Op
+	for _, mb := range st.f.members {
+		if st.bad[mb.slot] && m.env.State(mb.dev) != mechanism.Failed {
+			ops = append(ops, m.memberOp(st.g, rosterOf(st.f.members), &mb, st.shards[mb.slot][:mb.splitLen]))
+		}
+	}
+	pops := m.parityOps(&st.f, st.version, st.shards[st.g.k:])
+	for j := range pops {
+		if st.bad[st.g.k+j] && m.env.State(pops[j].Dev) != mechanism.Failed {
+			ops = append(ops, pops[j])
+		}
+	}
+	m.env.Do(ctx, ops)
+	if err := joinOps(ops); err != nil {
+		return 0, fmt.Errorf("packing: repair set %x: %w", g.set, err)
+	}
+	m.noteSet(&st.f, 0)
+	return len(ops), nil
+}
+
+// ---- the member → set index, for members whose own piece is lost ----
+
+// Locate finds the set holding split k from the parities on the devices
+// that answer, and returns the header the member was written with.
+func (m *Mechanism) Locate(ctx context.Context, k mechanism.Key) (format.Header, bool, error) {
+	e, ok, err := m.lookup(ctx, k)
+	if err != nil || !ok {
+		return format.Header{}, ok, err
+	}
+	f := memberFields{geometry: e.g, slot: e.m.slot}
+	return format.Header{RM: format.RMPacking, EC: erasure.ReedSolomon, Splits: e.m.splits, SplitLen: e.m.splitLen,
+		ObjectLen: e.m.objectLen, Version: e.m.version, Fields: f.encode()}, true, nil
+}
+
+func (m *Mechanism) lookup(ctx context.Context, k mechanism.Key) (indexEntry, bool, error) {
+	m.idxMu.Lock()
+	defer m.idxMu.Unlock()
+	if m.index == nil {
+		if err := m.buildIndexLocked(ctx); err != nil {
+			return indexEntry{}, false, err
+		}
+	}
+	e, ok := m.index[memberKey(k.User, k.Split)]
+	return e, ok, nil
+}
+
+// buildIndexLocked reads every parity on every device that answers.
+func (m *Mechanism) buildIndexLocked(ctx context.Context) error {
+	idx := map[string]indexEntry{}
+	for d := 0; d < m.env.N(); d++ {
+		if m.env.State(d) == mechanism.Failed {
+			continue
+		}
+		var keys [][]byte
+		err := m.env.Device(d).Iterate(ctx, setKeyPrefix, func(key []byte) error {
+			if _, _, kind, err := format.ParseKey(key); err == nil && kind == kindParity {
+				keys = append(keys, slices.Clone(key))
+			}
+			return nil
+		})
+		if err != nil {
+			if errors.Is(err, device.ErrDeviceFailed) {
+				continue
+			}
+			return fmt.Errorf("packing: index parities on device %d: %w", d, err)
+		}
+		for _, key := range keys {
+			b, err := m.env.Device(d).Retrieve(ctx, key)
+			if err != nil {
+				continue
+			}
+			v, err := format.Decode(b)
+			if err != nil {
+				continue
+			}
+			f, err := decodeParity(v.Fields)
+			if err != nil {
+				continue
+			}
+			addToIndex(idx, &f, v.Version)
+		}
+	}
+	m.index = idx
+	return nil
+}
+
+func addToIndex(idx map[string]indexEntry, f *parityFields, v uint64) {
+	for _, mb := range f.members {
+		key := memberKey(mb.key, mb.split)
+		if old, ok := idx[key]; ok && old.m.version > mb.version {
+			continue
+		}
+		idx[key] = indexEntry{g: f.geometry, m: mb, version: v}
+	}
+}
+
+// noteSet keeps a built index current with a set this process wrote.
+func (m *Mechanism) noteSet(f *parityFields, v uint64) {
+	m.idxMu.Lock()
+	defer m.idxMu.Unlock()
+	if m.index != nil {
+		addToIndex(m.index, f, v)
+	}
+}
+
+// forget drops member k from a built index.
+func (m *Mechanism) forget(k mechanism.Key) {
+	m.idxMu.Lock()
+	defer m.idxMu.Unlock()
+	if m.index != nil {
+		delete(m.index, memberKey(k.User, k.Split))
+	}
+}
+
+// Sets returns how many sets this process formed.
+func (m *Mechanism) Sets() int64 { return m.sets1.Load() }
