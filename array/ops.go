@@ -198,42 +198,51 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 		}
 	}
 	var ph *format.Header
-	var prevPayload []byte
 	prevSplits := 0
 	if prev != nil {
 		ph = prev.header()
 		prevSplits = int(ph.Splits)
 		a.clock.Observe(ph.Version)
-		prevPayload = prev.payload
-		// Clean up what the previous mechanism left beyond what the new
-		// one overwrites (KVMD's num_user_key rule), and excess splits.
-		err := a.forSplits(ctx, prevSplits, func(s int) error {
-			keep := 0
-			if s < n {
-				if prev.m == m {
-					return nil // m.Store updates in place
-				}
-				keep = m.Width()
-			}
-			return prev.m.Release(ctx, a.key(key, s), ph, keep)
-		})
-		if err != nil {
-			return fmt.Errorf("release previous value: %w", err)
-		}
 	}
+	prevFor := func(s int) *mechanism.Prev {
+		p := &mechanism.Prev{Header: *ph}
+		if s == 0 {
+			p.Payload = prev.payload
+		}
+		return p
+	}
+	// The new value is written first and what the old one leaves beyond it
+	// is released after: a store that fails midway then leaves the old
+	// value with all its redundancy, rather than neither value whole.
 	obj := mechanism.Object{Splits: uint32(n), ObjectLen: uint64(len(value)), Version: a.clock.Next()}
 	sc := m.SplitCap()
-	return a.forSplits(ctx, n, func(s int) error {
+	err := a.forSplits(ctx, n, func(s int) error {
 		lo, hi := s*sc, min((s+1)*sc, len(value))
 		var pv *mechanism.Prev
 		if prev != nil && prev.m == m && s < prevSplits {
-			pv = &mechanism.Prev{Header: *ph}
-			if s == 0 {
-				pv.Payload = prevPayload
-			}
+			pv = prevFor(s)
 		}
 		return m.Store(ctx, a.key(key, s), obj, value[lo:hi], pv)
 	})
+	if err != nil || prev == nil {
+		return err
+	}
+	// KVMD's num_user_key rule: the old mechanism removes what it stored
+	// past the devices the new one overwrote, and the excess splits.
+	err = a.forSplits(ctx, prevSplits, func(s int) error {
+		keep := 0
+		if s < n {
+			if prev.m == m {
+				return nil // m.Store updated it in place
+			}
+			keep = m.Width()
+		}
+		return prev.m.Release(ctx, a.key(key, s), prevFor(s), keep)
+	})
+	if err != nil {
+		return fmt.Errorf("release previous value: %w", err)
+	}
+	return nil
 }
 
 // readsBeforeWrite: hybrid stores must learn the previous mechanism; so
@@ -363,7 +372,11 @@ func (a *Array) remove(ctx context.Context, key []byte) error {
 	}
 	h := *l.header()
 	if err := a.forSplits(ctx, int(h.Splits), func(s int) error {
-		return l.m.Release(ctx, a.key(key, s), &h, 0)
+		p := &mechanism.Prev{Header: h}
+		if s == 0 {
+			p.Payload = l.payload
+		}
+		return l.m.Release(ctx, a.key(key, s), p, 0)
 	}); err != nil {
 		return err
 	}
@@ -376,7 +389,7 @@ func (a *Array) remove(ctx context.Context, key []byte) error {
 			if err != nil {
 				break
 			}
-			if err := l.m.Release(ctx, a.key(key, s), l.header(), 0); err != nil {
+			if err := l.m.Release(ctx, a.key(key, s), &mechanism.Prev{Header: *l.header()}, 0); err != nil {
 				return err
 			}
 		}

@@ -199,6 +199,9 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 				delete(m.keys, key)
 			case errors.Is(err, ErrNotFound):
 				if mk != nil && !slices.ContainsFunc(mk.vals, func(v []byte) bool { return v == nil }) && !mk.lost && !atRisk(key, mk, -1) {
+					for _, e := range m.trace[key] {
+						t.Log(e)
+					}
 					t.Fatalf("step %d: delete of present %q: %v", step, key, err)
 				}
 				delete(m.keys, key)

@@ -51,9 +51,9 @@ type Object struct {
 }
 
 // Prev is what the array knows of the previous value of a split that is
-// being overwritten by the same mechanism: the header of its split 0
-// (geometry of the old object) and, for split 0, the old payload when it
-// was read. Payload is nil when it was not read.
+// being overwritten or released: the header of its split 0 (geometry of the
+// old object) and, for split 0, the old payload when it was read. Payload
+// is nil when it was not read.
 type Prev struct {
 	Header  format.Header
 	Payload []byte
@@ -84,10 +84,11 @@ type Mechanism interface {
 	// cannot be recovered.
 	Retrieve(ctx context.Context, k Key, have []Piece) ([]byte, format.Header, error)
 	// Release removes what this mechanism stored for split k, except the
-	// data-key pieces on the first keep devices from the primary, which the
-	// next store overwrites (keep = 0: delete everything). hint is the
-	// header of the object's split 0.
-	Release(ctx context.Context, k Key, hint *format.Header, keep int) error
+	// data-key pieces on the first keep devices from the primary, which a
+	// new value has already overwritten (keep = 0: delete everything).
+	// prev describes the value being released: its split 0 header, and
+	// the split's old payload when the array read it.
+	Release(ctx context.Context, k Key, prev *Prev, keep int) error
 	// Repair reads every piece of split k, rewrites missing, corrupt and
 	// stale ones, and returns how many pieces it rewrote.
 	Repair(ctx context.Context, k Key, hint *format.Header) (int, error)

@@ -714,8 +714,8 @@ func (m *Mechanism) detach(ctx context.Context, k mechanism.Key, prev *mechanism
 }
 
 // Release implements mechanism.Mechanism.
-func (m *Mechanism) Release(ctx context.Context, k mechanism.Key, hint *format.Header, keep int) error {
-	if err := m.detach(ctx, k, nil); err != nil && !errors.Is(err, device.ErrNotFound) {
+func (m *Mechanism) Release(ctx context.Context, k mechanism.Key, prev *mechanism.Prev, keep int) error {
+	if err := m.detach(ctx, k, prev); err != nil && !errors.Is(err, device.ErrNotFound) {
 		return fmt.Errorf("packing: release split %d of %q: %w", k.Split, k.User, err)
 	}
 	if keep > 0 {

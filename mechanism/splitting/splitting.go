@@ -380,8 +380,8 @@ func (m *splitting) Repair(ctx context.Context, k mechanism.Key, hint *format.He
 }
 
 // Release implements mechanism.Mechanism.
-func (m *splitting) Release(ctx context.Context, k mechanism.Key, hint *format.Header, keep int) error {
-	w := m.widthOf(hint)
+func (m *splitting) Release(ctx context.Context, k mechanism.Key, prev *mechanism.Prev, keep int) error {
+	w := m.widthOf(&prev.Header)
 	if keep >= w {
 		return nil
 	}

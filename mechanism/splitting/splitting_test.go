@@ -535,7 +535,7 @@ func TestRelease(t *testing.T) {
 	have := g.env.Read(context.Background(), k.Data(), []int{k.Primary})
 	hint := have[0].Value.Header
 	// The hint's geometry, not ours, says how far the pieces go.
-	if err := g.m.Release(context.Background(), k, &hint, 2); err != nil {
+	if err := g.m.Release(context.Background(), k, &mechanism.Prev{Header: hint}, 2); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 8; i++ {
@@ -544,7 +544,7 @@ func TestRelease(t *testing.T) {
 			t.Fatalf("offset %d after release keeping 2: %v", i, err)
 		}
 	}
-	if err := g.m.Release(context.Background(), k, &hint, 0); err != nil {
+	if err := g.m.Release(context.Background(), k, &mechanism.Prev{Header: hint}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := g.retrieve(g.m, k); !errors.Is(err, device.ErrNotFound) {

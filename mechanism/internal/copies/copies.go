@@ -172,8 +172,8 @@ func allNotFound(pieces []mechanism.Piece) bool {
 }
 
 // Release implements mechanism.Mechanism.
-func (m *Mechanism) Release(ctx context.Context, k mechanism.Key, hint *format.Header, keep int) error {
-	n := m.copiesOf(hint)
+func (m *Mechanism) Release(ctx context.Context, k mechanism.Key, prev *mechanism.Prev, keep int) error {
+	n := m.copiesOf(&prev.Header)
 	if keep >= n {
 		return nil
 	}
