@@ -168,3 +168,12 @@ func newRand(t testing.TB) *rand.Rand {
 	t.Logf("seed %d (replay with SEED=%d)", seed, seed)
 	return rand.New(rand.NewPCG(seed, 0))
 }
+
+// states lists what the array knows of each device.
+func (r *rig) states() []string {
+	var out []string
+	for i := range r.mems {
+		out = append(out, r.a.DeviceState(i).String())
+	}
+	return out
+}

@@ -40,10 +40,25 @@ type located struct {
 
 func (l *located) header() *format.Header { return &l.hdr }
 
+// mechanism returns l's mechanism, nil for a nil l.
+func (l *located) mechanism() mechanism.Mechanism {
+	if l == nil {
+		return nil
+	}
+	return l.m
+}
+
 // locator is implemented by mechanisms whose pieces are not all under the
 // data key (Packing): they can find a split whose primary piece is lost.
 type locator interface {
 	Locate(ctx context.Context, k mechanism.Key) (format.Header, bool, error)
+}
+
+// releaseChecker is implemented by mechanisms that can tell before
+// anything is written that releasing a split would fail (Packing, whose
+// set membership must change when another mechanism takes over a key).
+type releaseChecker interface {
+	CanRelease(k mechanism.Key, prev *mechanism.Prev) error
 }
 
 // needsPrevious is implemented by mechanisms that must be handed the
@@ -213,7 +228,32 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 	}
 	// The new value is written first and what the old one leaves beyond it
 	// is released after: a store that fails midway then leaves the old
-	// value with all its redundancy, rather than neither value whole.
+	// value with all its redundancy, rather than neither value whole. A
+	// release that can be known to fail fails the store up front instead,
+	// before anything is written.
+	if rc, ok := prev.mechanism().(releaseChecker); ok && prev.m != m {
+		for s := 0; s < prevSplits; s++ {
+			if err := rc.CanRelease(a.key(key, s), prevFor(s)); err != nil {
+				return err
+			}
+		}
+	}
+	release := func() error {
+		err := a.forSplits(ctx, prevSplits, func(s int) error {
+			keep := 0
+			if s < n {
+				if prev.m == m {
+					return nil // m.Store updates it in place
+				}
+				keep = m.Width()
+			}
+			return prev.m.Release(ctx, a.key(key, s), prevFor(s), keep)
+		})
+		if err != nil {
+			return fmt.Errorf("release previous value: %w", err)
+		}
+		return nil
+	}
 	obj := mechanism.Object{Splits: uint32(n), ObjectLen: uint64(len(value)), Version: a.clock.Next()}
 	sc := m.SplitCap()
 	err := a.forSplits(ctx, n, func(s int) error {
@@ -229,20 +269,7 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 	}
 	// KVMD's num_user_key rule: the old mechanism removes what it stored
 	// past the devices the new one overwrote, and the excess splits.
-	err = a.forSplits(ctx, prevSplits, func(s int) error {
-		keep := 0
-		if s < n {
-			if prev.m == m {
-				return nil // m.Store updated it in place
-			}
-			keep = m.Width()
-		}
-		return prev.m.Release(ctx, a.key(key, s), prevFor(s), keep)
-	})
-	if err != nil {
-		return fmt.Errorf("release previous value: %w", err)
-	}
-	return nil
+	return release()
 }
 
 // readsBeforeWrite: hybrid stores must learn the previous mechanism; so
@@ -268,20 +295,19 @@ func (a *Array) markMixed(ctx context.Context) error {
 	}
 	h := a.hdr
 	h.flags |= flagMixed
-	err := writeHeaders(ctx, a.env, h, a.allDevs())
-	// One device holding the flag is enough: Open ORs the flags.
-	if err != nil && a.env.N() > 0 && countErrs(err) == a.env.N() {
+	// One device holding the flag is enough (Open ORs the flags), and a
+	// failed device gets it when it is rebuilt.
+	var up []int
+	for i := range a.devs {
+		if a.env.State(i) != mechanism.Failed {
+			up = append(up, i)
+		}
+	}
+	if err := writeHeaders(ctx, a.env, h, up); err != nil {
 		return fmt.Errorf("record custom-mode use in the array header: %w", err)
 	}
 	a.hdr, a.mixed = h, true
 	return nil
-}
-
-func countErrs(err error) int {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return len(j.Unwrap())
-	}
-	return 1
 }
 
 // forSplits runs fn for splits 0..n-1, at most parallelism at once, and

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
 
@@ -22,7 +24,8 @@ type modelKey struct {
 	// One entry when the last write was acknowledged; two or more after
 	// failed writes (either may have landed).
 	vals [][]byte
-	rm   string // mechanism of the last acknowledged write
+	rms  []string // mechanism each of vals was written with
+	rm   string   // mechanism of the last write
 	// lost: a device holding what may have been its only copy was
 	// replaced; reads may then return any of vals, not-found or an error.
 	lost bool
@@ -32,6 +35,8 @@ type model struct {
 	keys     map[string]*modelKey
 	impaired map[int]bool // failed, or replaced and not yet repaired
 	trace    map[string][]string
+	dump     func(key string)
+	step     int
 }
 
 // propertyConfig is one array setup for the property test.
@@ -41,6 +46,8 @@ type propertyConfig struct {
 	rms       []string       // mechanisms for custom stores
 	tolerates map[string]int // per mechanism: failures tolerated
 	width     map[string]int // per mechanism: devices per split
+	limits    device.Limits
+	sizes     func(*rand.Rand) int
 }
 
 func propertyConfigs() []propertyConfig {
@@ -51,7 +58,51 @@ func propertyConfigs() []propertyConfig {
 		rms:       []string{"hashing", "replication"},
 		tolerates: map[string]int{"hashing": 0, "replication": 2},
 		width:     map[string]int{"hashing": 1, "replication": 3},
+		limits:    device.Limits{MaxValueLen: 16 << 10},
+		sizes:     smallSizes,
+	}, {
+		// The paper's hybrid setup and workload: 4, 16 and 64 KiB values
+		// at 30:40:30, to Replication, Packing and Splitting by size.
+		name: "hybrid-all-four",
+		opts: []Option{everyMechanism(), WithMode(Hybrid),
+			WithRules(Rule{Max: 8 << 10, RM: "replication"}, Rule{Max: 32 << 10, RM: "packing"}, Rule{RM: "splitting"})},
+		rms:       []string{"hashing", "replication", "splitting", "packing"},
+		tolerates: map[string]int{"hashing": 0, "replication": 2, "splitting": 2, "packing": 2},
+		// A packing member's set may have pieces on every device.
+		width:  map[string]int{"hashing": 1, "replication": 3, "splitting": 6, "packing": 6},
+		limits: device.Limits{MaxValueLen: 64 << 10},
+		sizes:  paperSizes,
 	}}
+}
+
+// smallSizes: mostly small values, some several splits long on 16 KiB
+// devices.
+func smallSizes(rng *rand.Rand) int {
+	switch rng.IntN(10) {
+	case 0:
+		return 0
+	case 1, 2, 3:
+		return rng.IntN(200)
+	case 9:
+		return 16<<10 + rng.IntN(40<<10) // several splits
+	default:
+		return 200 + rng.IntN(4<<10)
+	}
+}
+
+// paperSizes: 4, 16 and 64 KiB at 30:40:30, and now and then a value
+// several splits long.
+func paperSizes(rng *rand.Rand) int {
+	switch x := rng.IntN(100); {
+	case x < 2:
+		return 300 << 10
+	case x < 30:
+		return 4 << 10
+	case x < 70:
+		return 16 << 10
+	default:
+		return 64 << 10
+	}
 }
 
 func TestPropertyAgainstModel(t *testing.T) {
@@ -68,12 +119,26 @@ func TestPropertyAgainstModel(t *testing.T) {
 
 func runProperty(t *testing.T, pc propertyConfig, steps int) {
 	const n = 6
-	limits := device.Limits{MaxValueLen: 16 << 10} // small, so that huge values are cheap
-	r := newRigLimits(t, n, limits, pc.opts...)
+	r := newRigLimits(t, n, pc.limits, pc.opts...)
 	rng := newRand(t)
 	m := &model{keys: map[string]*modelKey{}, impaired: map[int]bool{}, trace: map[string][]string{}}
 	logf := func(key, f string, args ...any) {
 		m.trace[key] = append(m.trace[key], fmt.Sprintf(f, args...))
+	}
+	m.dump = func(key string) {
+		t.Logf("primary of %q: device %d; holders of split 0: %v; states: %v", key, r.a.primary([]byte(key), 0), r.holders(key, 0), r.states())
+		var lines []string
+		lines = append(lines, m.trace[key]...)
+		lines = append(lines, m.trace["*"]...)
+		stepOf := func(l string) int {
+			var n int
+			fmt.Sscanf(l, "step %d", &n)
+			return n
+		}
+		slices.SortStableFunc(lines, func(a, b string) int { return stepOf(a) - stepOf(b) })
+		for _, l := range lines {
+			t.Log(l)
+		}
 	}
 	splitCap := map[string]int{}
 	for _, name := range pc.rms {
@@ -98,18 +163,19 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 	// atRisk reports whether some split of the value has more impaired
 	// devices (plus extra) than its mechanism tolerates.
 	atRisk := func(key string, mk *modelKey, extra int) bool {
-		for _, v := range mk.vals {
+		for i, v := range mk.vals {
 			if v == nil {
 				continue
 			}
-			for _, span := range spans(key, mk.rm, len(v)) {
+			rm := mk.rms[i]
+			for _, span := range spans(key, rm, len(v)) {
 				bad := 0
 				for _, d := range span {
 					if m.impaired[d] || d == extra {
 						bad++
 					}
 				}
-				if bad > pc.tolerates[mk.rm] {
+				if bad > pc.tolerates[rm] {
 					return true
 				}
 			}
@@ -120,23 +186,13 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 	for i := range keyNames {
 		keyNames[i] = fmt.Sprintf("key-%02d", i)
 	}
-	randValue := func() []byte {
-		switch rng.IntN(10) {
-		case 0:
-			return randBytes(rng, 0)
-		case 1, 2, 3:
-			return randBytes(rng, rng.IntN(200))
-		case 9:
-			return randBytes(rng, 16<<10+rng.IntN(40<<10)) // several splits
-		default:
-			return randBytes(rng, 200+rng.IntN(4<<10))
-		}
-	}
+	randValue := func() []byte { return randBytes(rng, pc.sizes(rng)) }
 	check := func(step int, key string) {
 		mk := m.keys[key]
 		got, err := r.a.Retrieve(ctx, []byte(key))
 		if mk == nil {
 			if !errors.Is(err, ErrNotFound) && !(errors.Is(err, ErrUnavailable) && len(m.impaired) > 0) {
+				m.dump(key)
 				t.Fatalf("step %d: retrieve of absent %q: %d bytes, %v", step, key, len(got), err)
 			}
 			return
@@ -148,6 +204,7 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 			if mk.lost || len(mk.vals) > 1 || atRisk(key, mk, -1) {
 				return // an error is an allowed outcome, wrong bytes are not
 			}
+			m.dump(key)
 			t.Fatalf("step %d: retrieve %q (%s, impaired %v): %v", step, key, mk.rm, m.impaired, err)
 		}
 		for _, v := range mk.vals {
@@ -161,8 +218,19 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 		t.Fatalf("step %d: retrieve %q returned %d bytes matching none of the %d allowed values", step, key, len(got), len(mk.vals))
 	}
 
+	lastHolders := map[string]string{}
 	for step := 0; step < steps; step++ {
+		if os.Getenv("TRACE_HOLDERS") != "" {
+			for _, k := range keyNames {
+				h := fmt.Sprint(r.holders(k, 0))
+				if h != lastHolders[k] {
+					logf(k, "step %d: holders now %s", step, h)
+					lastHolders[k] = h
+				}
+			}
+		}
 		key := keyNames[rng.IntN(len(keyNames))]
+		m.step = step
 		switch op := rng.IntN(100); {
 		case op < 40: // store or update
 			v := randValue()
@@ -176,11 +244,12 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 			logf(key, "step %d: store %d bytes with %s (impaired %v): %v", step, len(v), rm, m.impaired, err)
 			mk := m.keys[key]
 			if err == nil {
-				m.keys[key] = &modelKey{vals: [][]byte{v}, rm: rm}
+				m.keys[key] = &modelKey{vals: [][]byte{v}, rms: []string{rm}, rm: rm}
 			} else if mk == nil {
-				m.keys[key] = &modelKey{vals: [][]byte{nil, v}, rm: rm}
+				m.keys[key] = &modelKey{vals: [][]byte{nil, v}, rms: []string{"", rm}, rm: rm}
 			} else {
 				mk.vals = append(mk.vals, v)
+				mk.rms = append(mk.rms, rm)
 				mk.rm = rm
 			}
 		case op < 55: // delete
@@ -190,23 +259,20 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 			switch {
 			case err == nil:
 				if mk == nil {
-					for _, e := range m.trace[key] {
-						t.Log(e)
-					}
+					m.dump(key)
 					t.Fatalf("step %d: delete of absent %q succeeded", step, key)
 				}
 				// Every piece of whichever value was there is gone now.
 				delete(m.keys, key)
 			case errors.Is(err, ErrNotFound):
 				if mk != nil && !slices.ContainsFunc(mk.vals, func(v []byte) bool { return v == nil }) && !mk.lost && !atRisk(key, mk, -1) {
-					for _, e := range m.trace[key] {
-						t.Log(e)
-					}
+					m.dump(key)
 					t.Fatalf("step %d: delete of present %q: %v", step, key, err)
 				}
 				delete(m.keys, key)
 			case mk != nil:
 				mk.vals = append(mk.vals, nil)
+				mk.rms = append(mk.rms, "")
 			}
 		case op < 85:
 			logf(key, "step %d: check (impaired %v)", step, m.impaired)
@@ -215,7 +281,7 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 			d := rng.IntN(n)
 			if len(m.impaired) < 2 || m.impaired[d] {
 				r.mems[d].Fail()
-				logf(key, "step %d: fail device %d", step, d)
+				logf("*", "step %d: fail device %d", step, d)
 				m.impaired[d] = true
 			}
 		case op < 94: // replace a device: what was only there is lost
@@ -227,7 +293,7 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 						logf(k, "step %d: lost with device %d", step, d)
 					}
 				}
-				logf(key, "step %d: replace device %d", step, d)
+				logf("*", "step %d: replace device %d", step, d)
 				r.mems[d].Replace()
 				r.a.SetDeviceState(d, mechanism.Healthy)
 				if err := r.a.AdoptDevice(ctx, d); err != nil {
@@ -239,9 +305,9 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 			for d := range m.impaired {
 				r.mems[d].Recover()
 			}
-			logf(key, "step %d: recover %v", step, m.impaired)
+			logf("*", "step %d: recover %v", step, m.impaired)
 		default: // repair: every device that answers is brought up to date
-			logf(key, "step %d: repair (impaired %v)", step, m.impaired)
+			logf("*", "step %d: repair (impaired %v)", step, m.impaired)
 			for d := range m.impaired {
 				if !r.mems[d].Failed() {
 					delete(m.impaired, d)
@@ -275,12 +341,11 @@ func (r *rig) repairAllTolerant(keys []string, m *model) {
 		}
 	}
 	for _, k := range keys {
-		_, err := r.a.Repair(ctx, []byte(k))
+		n, err := r.a.Repair(ctx, []byte(k))
+		m.trace[k] = append(m.trace[k], fmt.Sprintf("step %d: repaired %d pieces: %v", m.step, n, err))
 		mk := m.keys[k]
 		if err != nil && !errors.Is(err, ErrNotFound) && mk != nil && len(mk.vals) == 1 && !mk.lost && len(m.impaired) == 0 {
-			for _, e := range m.trace[k] {
-				r.t.Log(e)
-			}
+			m.dump(k)
 			r.t.Fatalf("repair of %q (%s): %v", k, m.keys[k].rm, err)
 		}
 	}

@@ -105,7 +105,33 @@ var ErrMarkedFailed = fmt.Errorf("marked failed until rebuilt or resynced: %w", 
 // *DeviceError. A device that reports device.ErrDeviceFailed is marked
 // Failed, and ops for a Failed device are not sent: a device that comes
 // back may have missed writes, so only rebuild or resync may re-admit it.
+//
+// Writes are all or nothing with respect to known failures: when any store
+// or delete of ops targets a device marked Failed, none of the writes is
+// sent (reads still are). A write that could only partly land would leave
+// pieces of two values, costing the old value redundancy for nothing.
 func (e *Env) Do(ctx context.Context, ops []Op) {
+	if e.writesBlocked(ops) {
+		var reads []Op
+		var at []int
+		for i := range ops {
+			if isWrite(ops[i].Kind) {
+				ops[i].Err = &DeviceError{Dev: ops[i].Dev, Name: e.names[ops[i].Dev], Op: ops[i].Kind, Key: ops[i].Key,
+					Err: fmt.Errorf("not attempted, a device of the same write is failed: %w", device.ErrDeviceFailed)}
+				if e.State(ops[i].Dev) == Failed {
+					ops[i].Err.(*DeviceError).Err = ErrMarkedFailed
+				}
+				continue
+			}
+			reads = append(reads, ops[i])
+			at = append(at, i)
+		}
+		e.Do(ctx, reads)
+		for j, i := range at {
+			ops[i] = reads[j]
+		}
+		return
+	}
 	switch len(ops) {
 	case 0:
 		return
@@ -148,6 +174,18 @@ func (e *Env) batch(ctx context.Context, dev int, b []device.Op) error {
 		return ErrMarkedFailed
 	}
 	return e.devs[dev].Batch(ctx, b)
+}
+
+func isWrite(k device.OpKind) bool { return k == device.OpStore || k == device.OpDelete }
+
+// writesBlocked reports whether ops hold a write to a device marked Failed.
+func (e *Env) writesBlocked(ops []Op) bool {
+	for i := range ops {
+		if isWrite(ops[i].Kind) && e.State(ops[i].Dev) == Failed {
+			return true
+		}
+	}
+	return false
 }
 
 // settle wraps the errors of dev's ops and updates its state.

@@ -112,7 +112,7 @@ type Mechanism struct {
 	seq     uint64
 
 	idxMu sync.Mutex
-	index map[string]indexEntry // member key‖split → its set; nil until needed
+	index *setIndex // nil until a lost member is first looked up
 
 	sets1 atomic.Int64 // sets formed, by members: for stats
 }
@@ -146,6 +146,33 @@ func (m *Mechanism) SplitCap() int {
 // replacing a member without patching its set would corrupt the set.
 func (m *Mechanism) NeedsPrevious() bool { return true }
 
+// CanRelease reports, before anything is written, whether the set of the
+// member being replaced can be updated now: the array checks it before
+// overwriting the member's data key with another mechanism's value, since
+// a set left listing a member whose piece holds another value would
+// rebuild the old value if that piece were lost.
+func (m *Mechanism) CanRelease(k mechanism.Key, prev *mechanism.Prev) error {
+	if k.Split != 0 || prev == nil || prev.Header.RM != format.RMPacking {
+		return nil // checked by Release itself, which then writes nothing
+	}
+	f, err := decodeMember(prev.Header.Fields)
+	if err != nil {
+		return nil
+	}
+	return m.parityDevicesUp(f.geometry)
+}
+
+// parityDevicesUp returns an error when a parity device of g is failed.
+func (m *Mechanism) parityDevicesUp(g geometry) error {
+	for _, d := range g.parity {
+		if m.env.State(d) == mechanism.Failed {
+			return fmt.Errorf("packing: set %x has its parity on failed device %d (%s): its membership cannot change until it is rebuilt: %w",
+				g.set, d, m.env.Name(d), device.ErrDeviceFailed)
+		}
+	}
+	return nil
+}
+
 func memberKey(key []byte, split int) string {
 	return string(format.Key(key, split, format.KindData))
 }
@@ -164,16 +191,25 @@ type entry struct {
 
 // Store implements mechanism.Mechanism.
 func (m *Mechanism) Store(ctx context.Context, k mechanism.Key, obj mechanism.Object, value []byte, prev *mechanism.Prev) error {
-	if prev != nil {
-		done, err := m.updateInPlace(ctx, k, obj, value, prev)
-		if done {
-			return err
-		}
-		if err := m.detach(ctx, k, nil); err != nil && !errors.Is(err, device.ErrNotFound) {
-			return fmt.Errorf("packing: move split %d of %q out of its set: %w", k.Split, k.User, err)
-		}
+	if prev == nil {
+		return m.insert(ctx, k, obj, value)
 	}
-	return m.insert(ctx, k, obj, value)
+	done, err := m.updateInPlace(ctx, k, obj, value, prev)
+	if done {
+		return err
+	}
+	// Move the member to a new set: join the new one first and leave the
+	// old one after, so that a failure leaves the old value protected.
+	if err := m.CanRelease(k, prev); err != nil {
+		return err
+	}
+	if err := m.insert(ctx, k, obj, value); err != nil {
+		return err
+	}
+	if err := m.detach(ctx, k, prev); err != nil && !errors.Is(err, device.ErrNotFound) {
+		return fmt.Errorf("packing: move split %d of %q out of its old set: %w", k.Split, k.User, err)
+	}
+	return nil
 }
 
 func (m *Mechanism) insert(ctx context.Context, k mechanism.Key, obj mechanism.Object, value []byte) error {
@@ -248,19 +284,24 @@ func (m *Mechanism) formLocked(force int) []*entry {
 	return set
 }
 
-// parityDevices picks r devices holding no member, starting at a point
-// derived from the set id so that parity load spreads over the devices.
+// parityDevices picks r devices holding no member, preferring devices
+// that are not failed, starting at a point derived from the set id so that
+// parity load spreads over the devices.
 func (m *Mechanism) parityDevices(id uint64, members []int) []int {
 	n := m.env.N()
 	start := int((id * 0x9E3779B97F4A7C15) >> 33 % uint64(n))
-	var out []int
+	var out, failed []int
 	for i := 0; len(out) < m.r && i < n; i++ {
 		d := (start + i) % n
-		if !slices.Contains(members, d) {
+		switch {
+		case slices.Contains(members, d):
+		case m.env.State(d) == mechanism.Failed:
+			failed = append(failed, d) // only if nothing else is left
+		default:
 			out = append(out, d)
 		}
 	}
-	return out
+	return append(out, failed...)[:m.r]
 }
 
 // writeSet encodes a new set and writes its members and parities; every
@@ -291,11 +332,12 @@ func (m *Mechanism) writeSet(ctx context.Context, set []*entry) {
 			ops = append(ops, m.memberOp(g, roster, &members[i], e.value))
 		}
 		pf := parityFields{geometry: g, members: members}
-		ops = append(ops, m.parityOps(&pf, m.ids.Next(), shards[m.k:])...)
+		pv := m.ids.Next()
+		ops = append(ops, m.parityOps(&pf, pv, shards[m.k:])...)
 		m.env.Do(ctx, ops)
 		err = joinOps(ops)
 		if err == nil {
-			m.noteSet(&pf, 0)
+			m.noteSet(&pf, pv)
 			m.sets1.Add(1)
 		}
 	}
@@ -375,6 +417,7 @@ func (m *Mechanism) readParities(ctx context.Context, g geometry) []parity {
 		if p.Value, p.Err = format.Decode(ops[j].Result); p.Err != nil {
 			continue
 		}
+		m.ids.Observe(p.Value.Version)
 		f, err := decodeParity(p.Value.Fields)
 		switch {
 		case err != nil:
@@ -581,6 +624,44 @@ func (m *Mechanism) ownPiece(ctx context.Context, k mechanism.Key, prev *mechani
 	return v, f, err == nil
 }
 
+// oldMember finds the set of the member k that is being released: from
+// prev (the array's read of split 0), else from the piece on the primary,
+// else from the parities. ok reports whether old holds the member's bytes
+// as its set last covered them (else the set must rebuild them).
+func (m *Mechanism) oldMember(ctx context.Context, k mechanism.Key, prev *mechanism.Prev) (f memberFields, old format.Value, ok bool, err error) {
+	found := false
+	if k.Split == 0 && prev != nil && prev.Header.RM == format.RMPacking {
+		if f, err = decodeMember(prev.Header.Fields); err == nil {
+			found = true
+			if prev.Payload != nil {
+				return f, format.Value{Header: prev.Header, Payload: prev.Payload}, true, nil
+			}
+		}
+	}
+	p := m.env.Read(ctx, k.Data(), []int{k.Primary})[0]
+	if p.OK() && p.Value.RM == format.RMPacking {
+		if pf, err := decodeMember(p.Value.Fields); err == nil {
+			if !found {
+				return pf, p.Value, true, nil
+			}
+			if pf.set == f.set && pf.slot == f.slot && p.Value.Version == prev.Header.Version {
+				return f, p.Value, true, nil
+			}
+		}
+	}
+	if found {
+		return f, format.Value{}, false, nil
+	}
+	e, inSet, err := m.lookup(ctx, k)
+	if err != nil {
+		return f, old, false, err
+	}
+	if !inSet {
+		return f, old, false, device.ErrNotFound // in no set: nothing to detach
+	}
+	return memberFields{geometry: e.g, slot: e.m.slot}, format.Value{}, false, nil
+}
+
 // updateInPlace patches the set with the difference between the member's
 // old and new bytes. It reports done=false when that is not possible (the
 // new value is larger than the set's shard size, or the set is not
@@ -612,12 +693,13 @@ func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mech
 			pf.members[i] = mb
 		}
 	}
-	ops := append([]mechanism.Op{m.memberOp(f.geometry, f.roster, &mb, value)}, m.parityOps(&pf, m.ids.Next(), newPar)...)
+	pv := m.ids.Next()
+	ops := append([]mechanism.Op{m.memberOp(f.geometry, f.roster, &mb, value)}, m.parityOps(&pf, pv, newPar)...)
 	m.env.Do(ctx, ops)
 	if err := joinOps(ops); err != nil {
 		return true, fmt.Errorf("packing: update split %d of %q in set %x: %w", k.Split, k.User, f.set, err)
 	}
-	m.noteSet(&pf, 0)
+	m.noteSet(&pf, pv)
 	return true, nil
 }
 
@@ -650,17 +732,12 @@ func (m *Mechanism) delta(f memberFields, pars []parity, old, new []byte) ([][]b
 // the member became zeros, and it leaves the membership. A set left empty
 // is deleted. The member's own piece is not touched.
 func (m *Mechanism) detach(ctx context.Context, k mechanism.Key, prev *mechanism.Prev) error {
-	old, f, ok := m.ownPiece(ctx, k, prev)
-	if !ok {
-		e, found, err := m.lookup(ctx, k)
-		if err != nil {
-			return err
-		}
-		if !found {
-			return device.ErrNotFound // in no set: nothing to detach
-		}
-		f = memberFields{geometry: e.g, slot: e.m.slot}
-		old = format.Value{}
+	f, old, ok, err := m.oldMember(ctx, k, prev)
+	if err != nil {
+		return err
+	}
+	if err := m.parityDevicesUp(f.geometry); err != nil {
+		return err
 	}
 	tk, err := m.sets.Lock(ctx, setLockKey(f.set))
 	if err != nil {
@@ -697,19 +774,19 @@ func (m *Mechanism) detach(ctx context.Context, k mechanism.Key, prev *mechanism
 	}
 	pf.members = slices.DeleteFunc(slices.Clone(pf.members), func(mb member) bool { return mb.slot == f.slot })
 	var ops []mechanism.Op
+	pv := m.ids.Next()
 	if len(pf.members) == 0 {
 		for _, d := range pf.parity {
 			ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: setKey(pf.set)}})
 		}
 	} else {
-		ops = m.parityOps(&pf, m.ids.Next(), newPar)
+		ops = m.parityOps(&pf, pv, newPar)
 	}
 	m.env.Do(ctx, ops)
 	if err := joinOps(ops); err != nil {
 		return fmt.Errorf("packing: remove split %d of %q from set %x: %w", k.Split, k.User, f.set, err)
 	}
-	m.forget(k)
-	m.noteSet(&pf, 0)
+	m.noteSet(&pf, pv)
 	return nil
 }
 
@@ -797,9 +874,10 @@ func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.He
 	have := m.env.Read(ctx, k.Data(), []int{k.Primary})
 	var g geometry
 	var roster []member
+	var own *format.Value
 	if p := &have[0]; p.OK() && p.Value.RM == format.RMPacking {
 		if f, err := decodeMember(p.Value.Fields); err == nil {
-			g, roster = f.geometry, f.roster
+			g, roster, own = f.geometry, f.roster, &p.Value
 		}
 	}
 	if g.k == 0 {
@@ -816,11 +894,24 @@ func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.He
 	if err != nil {
 		return 0, err
 	}
-	defer tk.Release()
 	st, err := m.loadSet(ctx, g, roster)
 	if err != nil {
+		tk.Release()
 		return 0, fmt.Errorf("packing split %d of key %q: %w", k.Split, k.User, err)
 	}
+	if own != nil && !slices.ContainsFunc(st.f.members, func(mb member) bool {
+		return mb.split == k.Split && string(mb.key) == string(k.User) && mb.version == own.Version
+	}) {
+		// The piece left its set (a store or delete that failed after
+		// the member was detached): protect it again in a new set.
+		tk.Release()
+		obj := mechanism.Object{Splits: own.Splits, ObjectLen: own.ObjectLen, Version: own.Version}
+		if err := m.insert(ctx, k, obj, own.Payload); err != nil {
+			return 0, err
+		}
+		return 1 + m.r, nil
+	}
+	defer tk.Release()
 	var ops []mechanism.Op
 	for _, mb := range st.f.members {
 		if st.bad[mb.slot] && m.env.State(mb.dev) != mechanism.Failed {
@@ -837,14 +928,77 @@ func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.He
 	if err := joinOps(ops); err != nil {
 		return 0, fmt.Errorf("packing: repair set %x: %w", g.set, err)
 	}
-	m.noteSet(&st.f, 0)
+	m.noteSet(&st.f, st.version)
 	return len(ops), nil
 }
 
 // ---- the member → set index, for members whose own piece is lost ----
 
+// setIndex maps members to their sets, from the newest parity of each set
+// seen on the devices (and kept current with the sets this process
+// writes).
+type setIndex struct {
+	sets    map[uint64]indexedSet
+	members map[string]uint64 // member key‖split → set id
+}
+
+type indexedSet struct {
+	f       parityFields
+	version uint64
+}
+
+func newSetIndex() *setIndex {
+	return &setIndex{sets: map[uint64]indexedSet{}, members: map[string]uint64{}}
+}
+
+// note records parity f of version v, unless a newer one of its set is
+// known. A member listed by two sets (a stale one it left, a newer one it
+// joined) belongs to the one listing its newer version.
+func (x *setIndex) note(f *parityFields, v uint64) {
+	old, ok := x.sets[f.set]
+	if ok && old.version > v {
+		return
+	}
+	if ok {
+		for _, mb := range old.f.members {
+			if k := memberKey(mb.key, mb.split); x.members[k] == f.set {
+				delete(x.members, k)
+			}
+		}
+	}
+	if len(f.members) == 0 {
+		delete(x.sets, f.set)
+		return
+	}
+	x.sets[f.set] = indexedSet{f: *f, version: v}
+	for _, mb := range f.members {
+		k := memberKey(mb.key, mb.split)
+		if cur, ok := x.members[k]; ok && cur != f.set {
+			if e, _ := x.entry(k); e.m.version > mb.version {
+				continue
+			}
+		}
+		x.members[k] = f.set
+	}
+}
+
+func (x *setIndex) entry(k string) (indexEntry, bool) {
+	id, ok := x.members[k]
+	if !ok {
+		return indexEntry{}, false
+	}
+	s := x.sets[id]
+	for _, mb := range s.f.members {
+		if memberKey(mb.key, mb.split) == k {
+			return indexEntry{g: s.f.geometry, m: mb, version: s.version}, true
+		}
+	}
+	return indexEntry{}, false
+}
+
 // Locate finds the set holding split k from the parities on the devices
-// that answer, and returns the header the member was written with.
+// that answer, checks that the set still holds it, and returns the header
+// the member was written with.
 func (m *Mechanism) Locate(ctx context.Context, k mechanism.Key) (format.Header, bool, error) {
 	e, ok, err := m.lookup(ctx, k)
 	if err != nil || !ok {
@@ -863,13 +1017,13 @@ func (m *Mechanism) lookup(ctx context.Context, k mechanism.Key) (indexEntry, bo
 			return indexEntry{}, false, err
 		}
 	}
-	e, ok := m.index[memberKey(k.User, k.Split)]
+	e, ok := m.index.entry(memberKey(k.User, k.Split))
 	return e, ok, nil
 }
 
 // buildIndexLocked reads every parity on every device that answers.
 func (m *Mechanism) buildIndexLocked(ctx context.Context) error {
-	idx := map[string]indexEntry{}
+	idx := newSetIndex()
 	for d := 0; d < m.env.N(); d++ {
 		if m.env.State(d) == mechanism.Failed {
 			continue
@@ -900,21 +1054,12 @@ func (m *Mechanism) buildIndexLocked(ctx context.Context) error {
 			if err != nil {
 				continue
 			}
-			addToIndex(idx, &f, v.Version)
+			m.ids.Observe(v.Version)
+			idx.note(&f, v.Version)
 		}
 	}
 	m.index = idx
 	return nil
-}
-
-func addToIndex(idx map[string]indexEntry, f *parityFields, v uint64) {
-	for _, mb := range f.members {
-		key := memberKey(mb.key, mb.split)
-		if old, ok := idx[key]; ok && old.m.version > mb.version {
-			continue
-		}
-		idx[key] = indexEntry{g: f.geometry, m: mb, version: v}
-	}
 }
 
 // noteSet keeps a built index current with a set this process wrote.
@@ -922,16 +1067,7 @@ func (m *Mechanism) noteSet(f *parityFields, v uint64) {
 	m.idxMu.Lock()
 	defer m.idxMu.Unlock()
 	if m.index != nil {
-		addToIndex(m.index, f, v)
-	}
-}
-
-// forget drops member k from a built index.
-func (m *Mechanism) forget(k mechanism.Key) {
-	m.idxMu.Lock()
-	defer m.idxMu.Unlock()
-	if m.index != nil {
-		delete(m.index, memberKey(k.User, k.Split))
+		m.index.note(f, v)
 	}
 }
 
