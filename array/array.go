@@ -281,6 +281,9 @@ func Open(ctx context.Context, devs []device.Device, opts ...Option) (*Array, er
 			a.env.SetState(i, mechanism.Failed)
 		}
 	}
+	if err := a.env.LoadRecords(ctx); err != nil {
+		return nil, fmt.Errorf("array: open: resync records: %w", err)
+	}
 	return a, nil
 }
 

@@ -20,7 +20,7 @@ import (
 //	0   16   array id (random at creation)
 //	16  2    device count N
 //	18  2    this device's position
-//	20  1    flags (flagMixed)
+//	20  1    flags (flagMixed, flagRebuilding)
 //
 // The position makes the circular device order part of the array's
 // identity: placement depends on it, so a shuffled order must be refused.
@@ -32,6 +32,9 @@ const (
 	// array, so standalone stores must read before writing from then on
 	// (another mechanism's pieces may need cleaning up).
 	flagMixed = 1 << 0
+	// flagRebuilding: this device was swapped in and is not yet rebuilt
+	// (a per-device flag: a not-found from it proves nothing).
+	flagRebuilding = 1 << 1
 )
 
 // ID identifies an array.
@@ -102,9 +105,10 @@ func readHeaders(ctx context.Context, env *mechanism.Env) ([]header, []error) {
 }
 
 // verifyHeaders checks that the devices form one array in the configured
-// order. It returns the array's header (with pos unset) and, per device,
-// why it cannot serve (nil when it can). Foreign and shuffled devices are
-// an error: serving with them would misplace data.
+// order. It returns the array's header (with pos unset and array-wide
+// flags only) and, per device, why it cannot serve (nil when it can); it
+// marks devices whose header says they are being rebuilt. Foreign and
+// shuffled devices are an error: serving with them would misplace data.
 func verifyHeaders(ctx context.Context, env *mechanism.Env) (header, []error, error) {
 	hs, errs := readHeaders(ctx, env)
 	votes := map[ID]int{}
@@ -152,7 +156,10 @@ func verifyHeaders(ctx context.Context, env *mechanism.Env) (header, []error, er
 		case hs[i].pos != i:
 			bad = append(bad, fmt.Errorf("device %d (%s) holds position %d of array %s: devices are out of order (the config must list them in creation order)", i, env.Name(i), hs[i].pos, id))
 		default:
-			arr.flags |= hs[i].flags
+			arr.flags |= hs[i].flags &^ flagRebuilding
+			if hs[i].flags&flagRebuilding != 0 {
+				env.SetState(i, mechanism.Rebuilding)
+			}
 		}
 	}
 	if len(bad) > 0 {
@@ -167,6 +174,9 @@ func writeHeaders(ctx context.Context, env *mechanism.Env, h header, devs []int)
 	for j, i := range devs {
 		hi := h
 		hi.pos = i
+		if env.State(i) == mechanism.Rebuilding {
+			hi.flags |= flagRebuilding
+		}
 		vals[j] = hi.encode()
 	}
 	ops := make([]mechanism.Op, len(devs))

@@ -66,33 +66,50 @@ func (r *rig) reopen() {
 	r.a = a
 }
 
-// replace swaps device i for an empty one and adopts it.
+// replace swaps device i for an empty one, as a new drive in the slot.
 func (r *rig) replace(i int) {
 	r.t.Helper()
 	r.mems[i].Replace()
-	if err := r.a.AdoptDevice(context.Background(), i); err != nil {
-		r.t.Fatalf("adopt %d: %v", i, err)
+	if err := r.a.ReplaceDevice(context.Background(), i, nil); err != nil {
+		r.t.Fatalf("replace %d: %v", i, err)
 	}
 }
 
-// repairAll re-admits the devices that answer again (as Rebuilding, since
-// they may be stale), repairs every key in keys and marks those devices
-// healthy.
+// heal brings every device that answers back: Rebuild for replaced
+// devices, Resync for devices that were failed. It returns the outcome
+// per device it worked on.
+func (r *rig) heal() map[int]error {
+	out := map[int]error{}
+	for i := range r.mems {
+		if r.mems[i].Failed() {
+			continue
+		}
+		switch r.a.DeviceState(i) {
+		case mechanism.Rebuilding:
+			_, out[i] = r.a.Rebuild(context.Background(), i)
+		case mechanism.Failed:
+			_, out[i] = r.a.Resync(context.Background(), i)
+			if out[i] == nil && r.a.DeviceState(i) == mechanism.Rebuilding {
+				_, out[i] = r.a.Rebuild(context.Background(), i)
+			}
+		}
+	}
+	return out
+}
+
+// repairAll heals every device that answers, failing the test if one
+// cannot be healed, then repairs keys (to fix corruption, which only reads
+// and repairs notice).
 func (r *rig) repairAll(keys []string) {
 	r.t.Helper()
-	for i := range r.mems {
-		if !r.mems[i].Failed() && r.a.DeviceState(i) == mechanism.Failed {
-			r.a.SetDeviceState(i, mechanism.Rebuilding)
+	for d, err := range r.heal() {
+		if err != nil {
+			r.t.Fatalf("heal device %d: %v", d, err)
 		}
 	}
 	for _, k := range keys {
 		if _, err := r.a.Repair(context.Background(), []byte(k)); err != nil {
 			r.t.Fatalf("repair %q: %v", k, err)
-		}
-	}
-	for i := range r.mems {
-		if !r.mems[i].Failed() {
-			r.a.SetDeviceState(i, mechanism.Healthy)
 		}
 	}
 }

@@ -72,20 +72,21 @@ type needsPrevious interface{ NeedsPrevious() bool }
 func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 	have := a.env.Read(ctx, k.Data(), []int{k.Primary})
 	p := &have[0]
-	trusted := a.env.State(k.Primary) == mechanism.Healthy
-	if !p.OK() || !trusted {
+	if !p.OK() {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if errors.Is(p.Err, device.ErrNotFound) && trusted {
+		// A not-found is an answer to trust: a device that may have
+		// missed the key answers mechanism.ErrStale instead.
+		if errors.Is(p.Err, device.ErrNotFound) {
 			if k.Split == 0 {
 				return nil, ErrNotFound
 			}
 			return nil, fmt.Errorf("split %d: %w", k.Split, ErrNotFound)
 		}
-		// The primary cannot tell (failed, corrupt, or being rebuilt and
-		// perhaps stale): ask the devices that can hold pieces under the
-		// data key too, and trust the newest.
+		// The primary cannot tell (failed, corrupt, stale, or being
+		// rebuilt): ask the devices that can hold pieces under the data
+		// key too, and trust the newest.
 		if w := min(a.maxWidth, a.env.N()); w > 1 {
 			have = append(have, a.env.ReadSpan(ctx, k, 1, w, nil)...)
 		}
@@ -111,6 +112,11 @@ func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 		}
 		if errors.Is(p.Err, format.ErrCorrupt) || k.Want != 0 {
 			return nil, mechanism.Lost(k, "array", have, "no readable header")
+		}
+		// The primary missed a delete and no other device holds a piece:
+		// the delete is the last word.
+		if errors.Is(p.Err, mechanism.ErrStale) && a.env.MissedDelete(k.Primary, k.Data()) {
+			return nil, ErrNotFound
 		}
 		// p.Err is detail, not wrapped: a not-found from a device being
 		// rebuilt must not read as "the key does not exist".
@@ -544,19 +550,23 @@ func (a *Array) sweep(ctx context.Context, k mechanism.Key, from int) (int, erro
 		ops[i] = mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpExist, Key: k.Data()}}
 	}
 	a.env.Do(ctx, ops)
-	var found []int
+	var found, blind []int
 	var errs []error
 	for i := range ops {
 		switch {
 		case errors.Is(ops[i].Err, device.ErrDeviceFailed):
 			// Swept when it is resynced, before it serves again.
+		case errors.Is(ops[i].Err, mechanism.ErrStale):
+			blind = append(blind, ops[i].Dev) // whatever it holds goes
 		case ops[i].Err != nil:
 			errs = append(errs, ops[i].Err)
 		case ops[i].Found:
 			found = append(found, ops[i].Dev)
 		}
 	}
-	if err := a.env.Delete(ctx, k.Data(), found); err != nil {
+	// Devices that cannot say (stale, being rebuilt) get a blind delete
+	// but do not count, so that the caller's walk over splits ends.
+	if err := a.env.Delete(ctx, k.Data(), append(found, blind...), 0); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/kvarray/kvarray/device"
-	"github.com/kvarray/kvarray/mechanism"
 )
 
 // The property test runs random sequences of store, update, delete,
@@ -295,8 +294,7 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 				}
 				logf("*", "step %d: replace device %d", step, d)
 				r.mems[d].Replace()
-				r.a.SetDeviceState(d, mechanism.Healthy)
-				if err := r.a.AdoptDevice(ctx, d); err != nil {
+				if err := r.a.ReplaceDevice(ctx, d, nil); err != nil {
 					t.Fatalf("step %d: adopt %d: %v", step, d, err)
 				}
 				m.impaired[d] = true
@@ -306,22 +304,26 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 				r.mems[d].Recover()
 			}
 			logf("*", "step %d: recover %v", step, m.impaired)
-		default: // repair: every device that answers is brought up to date
-			logf("*", "step %d: repair (impaired %v)", step, m.impaired)
-			for d := range m.impaired {
-				if !r.mems[d].Failed() {
+		default: // heal: every device that answers is resynced or rebuilt
+			logf("*", "step %d: heal (impaired %v)", step, m.impaired)
+			for d, err := range r.heal() {
+				logf("*", "step %d: heal device %d: %v", step, d, err)
+				if err == nil {
 					delete(m.impaired, d)
 				}
 			}
-			r.repairAllTolerant(keyNames, m)
 		}
 	}
 	// Finally: everything back, repaired, and every value checked.
 	for d := range r.mems {
 		r.mems[d].Recover()
 	}
-	m.impaired = map[int]bool{}
-	r.repairAllTolerant(keyNames, m)
+	for d, err := range r.heal() {
+		logf("*", "final heal device %d: %v", d, err)
+		if err == nil {
+			delete(m.impaired, d)
+		}
+	}
 	for _, k := range keyNames {
 		if mk := m.keys[k]; mk != nil && mk.lost {
 			continue
@@ -330,24 +332,3 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 	}
 }
 
-// repairAllTolerant repairs every key, as a rebuild would, and re-admits
-// the devices that answer. Keys in doubt (after a failed write) or lost may
-// fail to repair; keys the model is certain of must repair.
-func (r *rig) repairAllTolerant(keys []string, m *model) {
-	r.t.Helper()
-	for i := range r.mems {
-		if !r.mems[i].Failed() && r.a.DeviceState(i) == mechanism.Failed {
-			r.a.SetDeviceState(i, mechanism.Rebuilding)
-		}
-	}
-	for _, k := range keys {
-		n, err := r.a.Repair(ctx, []byte(k))
-		m.trace[k] = append(m.trace[k], fmt.Sprintf("step %d: repaired %d pieces: %v", m.step, n, err))
-		mk := m.keys[k]
-		if err != nil && !errors.Is(err, ErrNotFound) && mk != nil && len(mk.vals) == 1 && !mk.lost && len(m.impaired) == 0 {
-			m.dump(k)
-			r.t.Fatalf("repair of %q (%s): %v", k, m.keys[k].rm, err)
-		}
-	}
-	r.repairAll(nil)
-}

@@ -3,7 +3,6 @@ package array
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 
 	"github.com/kvarray/kvarray/device"
@@ -104,24 +103,3 @@ func (a *Array) Status(ctx context.Context) (Status, error) {
 	return st, nil
 }
 
-// AdoptDevice makes the (new, empty) device at position i a member: it
-// writes the array header on it and marks it Rebuilding, so that a
-// not-found from it is not taken as proof that a key does not exist until
-// it has been rebuilt.
-func (a *Array) AdoptDevice(ctx context.Context, i int) error {
-	if i < 0 || i >= a.env.N() {
-		return fmt.Errorf("adopt device %d: the array has devices 0..%d", i, a.env.N()-1)
-	}
-	a.hdrMu.Lock()
-	h := a.hdr
-	a.hdrMu.Unlock()
-	a.env.SetState(i, mechanism.Rebuilding)
-	if err := writeHeaders(ctx, a.env, h, []int{i}); err != nil {
-		return fmt.Errorf("adopt device %d: %w", i, err)
-	}
-	a.env.SetState(i, mechanism.Rebuilding)
-	if a.reasons != nil {
-		a.reasons[i] = nil
-	}
-	return nil
-}

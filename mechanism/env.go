@@ -46,12 +46,18 @@ type Env struct {
 	names  []string
 	limits device.Limits
 	states []atomic.Uint32
+	rec    records
 }
 
 // NewEnv returns an Env over devs, whose names are used in errors. limits
 // must be the tightest limits across the devices.
 func NewEnv(devs []device.Device, names []string, limits device.Limits) *Env {
-	return &Env{devs: devs, names: names, limits: limits, states: make([]atomic.Uint32, len(devs))}
+	e := &Env{devs: devs, names: names, limits: limits, states: make([]atomic.Uint32, len(devs))}
+	e.rec.missed = make([]map[string]*record, len(devs))
+	for i := range e.rec.missed {
+		e.rec.missed[i] = map[string]*record{}
+	}
+	return e
 }
 
 // N is the number of devices.
@@ -59,6 +65,9 @@ func (e *Env) N() int { return len(e.devs) }
 
 // Device returns device i.
 func (e *Env) Device(i int) device.Device { return e.devs[i] }
+
+// SetDevice swaps the device object at position i (a replaced device).
+func (e *Env) SetDevice(i int, d device.Device) { e.devs[i] = d }
 
 // Name returns device i's name.
 func (e *Env) Name(i int) string { return e.names[i] }
@@ -100,38 +109,31 @@ type Op struct {
 // because the device is marked Failed.
 var ErrMarkedFailed = fmt.Errorf("marked failed until rebuilt or resynced: %w", device.ErrDeviceFailed)
 
+// ErrStale is the error of a read whose answer cannot be trusted: the
+// device missed a write of that key while it was failed (its resync
+// record lists the key), or it is being rebuilt and lacks the key. The
+// piece counts as bad: repairs rewrite it, which brings it up to date.
+var ErrStale = errors.New("stale: the device missed writes of this key")
+
 // Do executes ops, concurrently across devices and as one batch per
 // device, and fills in each op's results. Errors are wrapped in
-// *DeviceError. A device that reports device.ErrDeviceFailed is marked
-// Failed, and ops for a Failed device are not sent: a device that comes
-// back may have missed writes, so only rebuild or resync may re-admit it.
+// *DeviceError.
 //
-// Writes are all or nothing with respect to known failures: when any store
-// or delete of ops targets a device marked Failed, none of the writes is
-// sent (reads still are). A write that could only partly land would leave
-// pieces of two values, costing the old value redundancy for nothing.
+// Do keeps the resync records: a delete that a device misses (it is
+// marked Failed, or fails) is recorded durably on other devices before Do
+// returns (stores are recorded by Acknowledge, once the caller knows the
+// write is acknowledged), and a write that lands clears the record of
+// that key. A read of a key that
+// the device's record lists, or of a key missing from a device being
+// rebuilt, fails with ErrStale instead of returning what may be an old
+// value. Ops for a Failed device are not sent: a device that comes back
+// may have missed writes, so only Resync or Rebuild re-admit it.
 func (e *Env) Do(ctx context.Context, ops []Op) {
-	if e.writesBlocked(ops) {
-		var reads []Op
-		var at []int
-		for i := range ops {
-			if isWrite(ops[i].Kind) {
-				ops[i].Err = &DeviceError{Dev: ops[i].Dev, Name: e.names[ops[i].Dev], Op: ops[i].Kind, Key: ops[i].Key,
-					Err: fmt.Errorf("not attempted, a device of the same write is failed: %w", device.ErrDeviceFailed)}
-				if e.State(ops[i].Dev) == Failed {
-					ops[i].Err.(*DeviceError).Err = ErrMarkedFailed
-				}
-				continue
-			}
-			reads = append(reads, ops[i])
-			at = append(at, i)
-		}
-		e.Do(ctx, reads)
-		for j, i := range at {
-			ops[i] = reads[j]
-		}
-		return
-	}
+	e.do(ctx, ops)
+	e.keepRecords(ctx, ops)
+}
+
+func (e *Env) do(ctx context.Context, ops []Op) {
 	switch len(ops) {
 	case 0:
 		return
@@ -178,19 +180,11 @@ func (e *Env) batch(ctx context.Context, dev int, b []device.Op) error {
 
 func isWrite(k device.OpKind) bool { return k == device.OpStore || k == device.OpDelete }
 
-// writesBlocked reports whether ops hold a write to a device marked Failed.
-func (e *Env) writesBlocked(ops []Op) bool {
-	for i := range ops {
-		if isWrite(ops[i].Kind) && e.State(ops[i].Dev) == Failed {
-			return true
-		}
-	}
-	return false
-}
-
-// settle wraps the errors of dev's ops and updates its state.
+// settle wraps the errors of dev's ops, hides stale answers and updates
+// the device's state.
 func (e *Env) settle(dev int, ops []Op, batchErr error) {
 	failed := errors.Is(batchErr, device.ErrDeviceFailed)
+	rebuilding := e.State(dev) == Rebuilding
 	for i := range ops {
 		op := &ops[i]
 		if op.Dev != dev {
@@ -198,6 +192,12 @@ func (e *Env) settle(dev int, ops []Op, batchErr error) {
 		}
 		if op.Err == nil && batchErr != nil {
 			op.Err = batchErr
+		}
+		if !isWrite(op.Kind) && (op.Err == nil || errors.Is(op.Err, device.ErrNotFound)) {
+			notFound := op.Err != nil || (op.Kind == device.OpExist && !op.Found)
+			if e.missed(dev, op.Key) || (rebuilding && notFound) {
+				op.Err, op.Result, op.Found = ErrStale, nil, false
+			}
 		}
 		if op.Err == nil {
 			continue
@@ -255,35 +255,52 @@ func (e *Env) decode(op *Op) Piece {
 	return p
 }
 
-// Write stores values[i] under key on devs[i] and returns the errors joined
-// (nil when all succeeded).
-func (e *Env) Write(ctx context.Context, key []byte, devs []int, values [][]byte) error {
+// Write stores values[i] under key on devs[i]. It fails only when more
+// than maxFailed of the writes fail: the devices that missed a write are
+// recorded for resync (see Do), so a degraded write is safe to
+// acknowledge. maxFailed = 0 requires every write.
+func (e *Env) Write(ctx context.Context, key []byte, devs []int, values [][]byte, maxFailed int) error {
 	ops := make([]Op, len(devs))
 	for i, d := range devs {
 		ops[i] = Op{Dev: d, Op: device.Op{Kind: device.OpStore, Key: key, Value: values[i]}}
 	}
 	e.Do(ctx, ops)
-	return joinErrs(ops)
+	if err := Quorum(ops, maxFailed); err != nil {
+		return err
+	}
+	e.Acknowledge(ctx, ops)
+	return nil
 }
 
-// Delete deletes key from each of devs and returns the errors joined.
-func (e *Env) Delete(ctx context.Context, key []byte, devs []int) error {
+// Delete deletes key from each of devs; it fails only when more than
+// maxFailed deletes fail, as Write.
+func (e *Env) Delete(ctx context.Context, key []byte, devs []int, maxFailed int) error {
 	ops := make([]Op, len(devs))
 	for i, d := range devs {
 		ops[i] = Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: key}}
 	}
 	e.Do(ctx, ops)
-	return joinErrs(ops)
+	return Quorum(ops, maxFailed)
 }
 
-func joinErrs(ops []Op) error {
+// Quorum returns the errors of ops joined when more than maxFailed of
+// them failed, or when one failed for a reason other than a device
+// failure with a context still live; nil otherwise.
+func Quorum(ops []Op, maxFailed int) error {
 	var errs []error
+	other := false
 	for i := range ops {
-		if ops[i].Err != nil {
-			errs = append(errs, ops[i].Err)
+		if err := ops[i].Err; err != nil {
+			errs = append(errs, err)
+			if !errors.Is(err, device.ErrDeviceFailed) {
+				other = true
+			}
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > maxFailed || other {
+		return errors.Join(errs...)
+	}
+	return nil
 }
 
 // Span returns the devices Primary+from .. Primary+to-1 of k, circularly.

@@ -38,6 +38,7 @@ package packing
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -162,15 +163,17 @@ func (m *Mechanism) CanRelease(k mechanism.Key, prev *mechanism.Prev) error {
 	return m.parityDevicesUp(f.geometry)
 }
 
-// parityDevicesUp returns an error when a parity device of g is failed.
+// parityDevicesUp returns an error when every parity device of g is
+// failed: the set's membership could then not change. (With some up, the
+// others miss the change and are recorded for resync.)
 func (m *Mechanism) parityDevicesUp(g geometry) error {
 	for _, d := range g.parity {
-		if m.env.State(d) == mechanism.Failed {
-			return fmt.Errorf("packing: set %x has its parity on failed device %d (%s): its membership cannot change until it is rebuilt: %w",
-				g.set, d, m.env.Name(d), device.ErrDeviceFailed)
+		if m.env.State(d) != mechanism.Failed {
+			return nil
 		}
 	}
-	return nil
+	return fmt.Errorf("packing: every parity device of set %x (%v) is failed: its membership cannot change until one is back: %w",
+		g.set, g.parity, device.ErrDeviceFailed)
 }
 
 func memberKey(key []byte, split int) string {
@@ -306,47 +309,101 @@ func (m *Mechanism) parityDevices(id uint64, members []int) []int {
 
 // writeSet encodes a new set and writes its members and parities; every
 // entry completes with the outcome.
+//
+// Degraded: the set protects its members while at most r of its pieces
+// are missing (missed parities are recorded for resync). A member whose
+// own piece cannot be written is not stored: it is left out of the set
+// before encoding when its device is known to be failed, and taken out of
+// the parities afterwards when the write fails, so that a set never lists
+// bytes that are not stored.
 func (m *Mechanism) writeSet(ctx context.Context, set []*entry) {
 	// One caller's cancellation must not fail the others' stores.
 	ctx = context.WithoutCancel(ctx)
+	defer func() {
+		for _, e := range set {
+			close(e.done)
+		}
+	}()
+	var live []*entry
+	for _, e := range set {
+		if m.env.State(e.k.Primary) == mechanism.Failed {
+			e.err = fmt.Errorf("packing: store split %d of %q: device %d: %w", e.k.Split, e.k.User, e.k.Primary, mechanism.ErrMarkedFailed)
+			continue
+		}
+		live = append(live, e)
+	}
+	if len(live) == 0 {
+		return
+	}
 	shardSize := 1
-	devs := make([]int, len(set))
-	for i, e := range set {
+	devs := make([]int, len(live))
+	for i, e := range live {
 		shardSize = max(shardSize, len(e.value))
 		devs[i] = e.k.Primary
 	}
 	id := m.ids.Next()
 	g := geometry{set: id, k: m.k, r: m.r, shardSize: shardSize, parity: m.parityDevices(id, devs)}
 	shards := m.newShards(shardSize)
-	members := make([]member, len(set))
-	for i, e := range set {
+	members := make([]member, len(live))
+	for i, e := range live {
 		copy(shards[i], e.value)
 		members[i] = member{slot: i, dev: e.k.Primary, key: e.k.User, split: e.k.Split,
 			splits: e.obj.Splits, splitLen: uint32(len(e.value)), objectLen: e.obj.ObjectLen, version: e.obj.Version}
 	}
-	err := m.codec.Encode(shards)
-	if err == nil {
-		ops := make([]mechanism.Op, 0, len(set)+m.r)
-		roster := rosterOf(members)
-		for i, e := range set {
-			ops = append(ops, m.memberOp(g, roster, &members[i], e.value))
-		}
-		pf := parityFields{geometry: g, members: members}
-		pv := m.ids.Next()
-		ops = append(ops, m.parityOps(&pf, pv, shards[m.k:])...)
-		m.env.Do(ctx, ops)
-		err = joinOps(ops)
-		if err == nil {
-			m.noteSet(&pf, pv)
-			m.sets1.Add(1)
+	fail := func(err error) {
+		for _, e := range live {
+			if e.err == nil {
+				e.err = fmt.Errorf("packing: store split %d of %q in set %x: %w", e.k.Split, e.k.User, id, err)
+			}
 		}
 	}
-	for _, e := range set {
-		if err != nil {
-			e.err = fmt.Errorf("packing: store split %d of %q in set %x: %w", e.k.Split, e.k.User, id, err)
-		}
-		close(e.done)
+	if err := m.codec.Encode(shards); err != nil {
+		fail(err)
+		return
 	}
+	ops := make([]mechanism.Op, 0, len(live)+m.r)
+	roster := rosterOf(members)
+	for i, e := range live {
+		ops = append(ops, m.memberOp(g, roster, &members[i], e.value))
+	}
+	pf := parityFields{geometry: g, members: members}
+	pv := m.ids.Next()
+	ops = append(ops, m.parityOps(&pf, pv, shards[m.k:])...)
+	m.env.Do(ctx, ops)
+	pops := ops[len(live):]
+	kept := members[:0:0]
+	for i, e := range live {
+		if ops[i].Err != nil {
+			e.err = fmt.Errorf("packing: store split %d of %q: %w", e.k.Split, e.k.User, ops[i].Err)
+			clear(shards[i]) // a virtual zero member now
+			continue
+		}
+		kept = append(kept, members[i])
+	}
+	if len(kept) < len(members) {
+		// Take the members that were not stored out of the parities.
+		pf.members = kept
+		pv = m.ids.Next()
+		if err := m.codec.Encode(shards); err != nil {
+			fail(err)
+			return
+		}
+		if len(kept) == 0 {
+			for j := range pops {
+				pops[j] = mechanism.Op{Dev: pf.parity[j], Op: device.Op{Kind: device.OpDelete, Key: setKey(id)}}
+			}
+		} else {
+			pops = m.parityOps(&pf, pv, shards[m.k:])
+		}
+		m.env.Do(ctx, pops)
+	}
+	if err := mechanism.Quorum(pops, m.r-1); err != nil || len(kept) == 0 {
+		fail(err)
+		return
+	}
+	m.env.Acknowledge(ctx, pops)
+	m.noteSet(&pf, pv)
+	m.sets1.Add(1)
 }
 
 // newShards returns k data shards (zero: empty slots are virtual zero
@@ -668,7 +725,7 @@ func (m *Mechanism) oldMember(ctx context.Context, k mechanism.Key, prev *mechan
 // in a state to patch), for the caller to move the member instead.
 func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mechanism.Object, value []byte, prev *mechanism.Prev) (bool, error) {
 	old, f, ok := m.ownPiece(ctx, k, prev)
-	if !ok || len(value) > f.shardSize || m.env.State(k.Primary) != mechanism.Healthy {
+	if !ok || len(value) > f.shardSize {
 		return false, nil
 	}
 	tk, err := m.sets.Lock(ctx, setLockKey(f.set))
@@ -696,9 +753,13 @@ func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mech
 	pv := m.ids.Next()
 	ops := append([]mechanism.Op{m.memberOp(f.geometry, f.roster, &mb, value)}, m.parityOps(&pf, pv, newPar)...)
 	m.env.Do(ctx, ops)
-	if err := joinOps(ops); err != nil {
+	if err := ops[0].Err; err != nil {
 		return true, fmt.Errorf("packing: update split %d of %q in set %x: %w", k.Split, k.User, f.set, err)
 	}
+	if err := mechanism.Quorum(ops[1:], m.r-1); err != nil {
+		return true, fmt.Errorf("packing: update split %d of %q in set %x: %w", k.Split, k.User, f.set, err)
+	}
+	m.env.Acknowledge(ctx, ops)
 	m.noteSet(&pf, pv)
 	return true, nil
 }
@@ -783,9 +844,10 @@ func (m *Mechanism) detach(ctx context.Context, k mechanism.Key, prev *mechanism
 		ops = m.parityOps(&pf, pv, newPar)
 	}
 	m.env.Do(ctx, ops)
-	if err := joinOps(ops); err != nil {
+	if err := mechanism.Quorum(ops, len(ops)-1); err != nil {
 		return fmt.Errorf("packing: remove split %d of %q from set %x: %w", k.Split, k.User, f.set, err)
 	}
+	m.env.Acknowledge(ctx, ops)
 	m.noteSet(&pf, pv)
 	return nil
 }
@@ -798,7 +860,7 @@ func (m *Mechanism) Release(ctx context.Context, k mechanism.Key, prev *mechanis
 	if keep > 0 {
 		return nil
 	}
-	if err := m.env.Delete(ctx, k.Data(), []int{k.Primary}); err != nil {
+	if err := m.env.Delete(ctx, k.Data(), []int{k.Primary}, 0); err != nil {
 		return fmt.Errorf("packing: release split %d of %q: %w", k.Split, k.User, err)
 	}
 	return nil
@@ -809,8 +871,7 @@ func (m *Mechanism) Release(ctx context.Context, k mechanism.Key, prev *mechanis
 // Retrieve implements mechanism.Mechanism.
 func (m *Mechanism) Retrieve(ctx context.Context, k mechanism.Key, have []mechanism.Piece) ([]byte, format.Header, error) {
 	p := &have[0]
-	if p.OK() && p.Dev == k.Primary && p.Value.RM == format.RMPacking && (k.Want == 0 || p.Value.Version == k.Want) &&
-		m.env.State(k.Primary) == mechanism.Healthy {
+	if p.OK() && p.Dev == k.Primary && p.Value.RM == format.RMPacking && (k.Want == 0 || p.Value.Version == k.Want) {
 		if _, err := decodeMember(p.Value.Fields); err == nil {
 			return p.Value.Payload, p.Value.Header, nil
 		}
@@ -912,6 +973,12 @@ func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.He
 		return 1 + m.r, nil
 	}
 	defer tk.Release()
+	return m.rewriteBad(ctx, st)
+}
+
+// rewriteBad writes the pieces of st that were bad, on the devices that
+// are not failed, and returns how many it wrote.
+func (m *Mechanism) rewriteBad(ctx context.Context, st *setState) (int, error) {
 	var ops []mechanism.Op
 	for _, mb := range st.f.members {
 		if st.bad[mb.slot] && m.env.State(mb.dev) != mechanism.Failed {
@@ -926,7 +993,7 @@ func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.He
 	}
 	m.env.Do(ctx, ops)
 	if err := joinOps(ops); err != nil {
-		return 0, fmt.Errorf("packing: repair set %x: %w", g.set, err)
+		return 0, fmt.Errorf("packing: repair set %x: %w", st.g.set, err)
 	}
 	m.noteSet(&st.f, st.version)
 	return len(ops), nil
@@ -1041,12 +1108,18 @@ func (m *Mechanism) buildIndexLocked(ctx context.Context) error {
 			}
 			return fmt.Errorf("packing: index parities on device %d: %w", d, err)
 		}
-		for _, key := range keys {
-			b, err := m.env.Device(d).Retrieve(ctx, key)
-			if err != nil {
+		// Through Env: a parity the device missed an update of reads as
+		// stale, not as the set's membership.
+		ops := make([]mechanism.Op, len(keys))
+		for j, key := range keys {
+			ops[j] = mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpRetrieve, Key: key}}
+		}
+		m.env.Do(ctx, ops)
+		for j := range ops {
+			if ops[j].Err != nil {
 				continue
 			}
-			v, err := format.Decode(b)
+			v, err := format.Decode(ops[j].Result)
 			if err != nil {
 				continue
 			}
@@ -1073,3 +1146,74 @@ func (m *Mechanism) noteSet(f *parityFields, v uint64) {
 
 // Sets returns how many sets this process formed.
 func (m *Mechanism) Sets() int64 { return m.sets1.Load() }
+
+// RebuildKeys lists the members whose pieces, or whose set's parities,
+// were on device dev, from the parities on the other devices: what a
+// rebuild of dev must repair beyond what the neighbours' data keys show.
+func (m *Mechanism) RebuildKeys(ctx context.Context, dev int) ([]mechanism.Key, error) {
+	m.idxMu.Lock()
+	defer m.idxMu.Unlock()
+	// A fresh index: the devices may have changed since it was built.
+	if err := m.buildIndexLocked(ctx); err != nil {
+		return nil, err
+	}
+	var out []mechanism.Key
+	for _, s := range m.index.sets {
+		onDev := slices.Contains(s.f.parity, dev)
+		for _, mb := range s.f.members {
+			if onDev || mb.dev == dev {
+				out = append(out, mechanism.Key{User: mb.key, Split: mb.split, Primary: mb.dev})
+			}
+		}
+	}
+	return out, nil
+}
+
+// RepairKey repairs the set whose parity has internal key key: its pieces
+// are reconstructed and the bad ones rewritten, or, when the set no longer
+// exists, the leftover parity is deleted. It reports false for keys that
+// are not packing parities.
+func (m *Mechanism) RepairKey(ctx context.Context, key []byte) (bool, error) {
+	u, _, kind, err := format.ParseKey(key)
+	if err != nil || kind != kindParity || len(u) != len(setKeyPrefix)+8 || !slices.Equal(u[:len(setKeyPrefix)], setKeyPrefix) {
+		return false, nil
+	}
+	id := binary.BigEndian.Uint64(u[len(setKeyPrefix):])
+	// Find the set's geometry from any of its parities that reads well.
+	var g *geometry
+	for d := 0; d < m.env.N() && g == nil; d++ {
+		ops := []mechanism.Op{{Dev: d, Op: device.Op{Kind: device.OpRetrieve, Key: key}}}
+		m.env.Do(ctx, ops)
+		if ops[0].Err != nil {
+			continue
+		}
+		if v, err := format.Decode(ops[0].Result); err == nil {
+			if f, err := decodeParity(v.Fields); err == nil && f.set == id {
+				g = &f.geometry
+			}
+		}
+	}
+	if g == nil {
+		// No parity of the set is left anywhere that answers: delete
+		// whatever a stale device still holds under the key.
+		var ops []mechanism.Op
+		for d := 0; d < m.env.N(); d++ {
+			if m.env.State(d) != mechanism.Failed {
+				ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: key}})
+			}
+		}
+		m.env.Do(ctx, ops)
+		return true, mechanism.Quorum(ops, 0)
+	}
+	tk, err := m.sets.Lock(ctx, setLockKey(id))
+	if err != nil {
+		return true, err
+	}
+	defer tk.Release()
+	st, err := m.loadSet(ctx, *g, nil)
+	if err != nil {
+		return true, err
+	}
+	_, err = m.rewriteBad(ctx, st)
+	return true, err
+}

@@ -221,7 +221,9 @@ func (m *splitting) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 		return fmt.Errorf("%s: store split %d of %q: %w", Name, k.Split, k.User, err)
 	}
 	w := m.k + m.r
-	err = m.env.Write(ctx, k.Data(), m.env.Span(k, 0, w), vals)
+	// Degraded: up to r shards may miss their failed devices (recorded
+	// for resync); the others still rebuild the split.
+	err = m.env.Write(ctx, k.Data(), m.env.Span(k, 0, w), vals, m.r)
 	// Devices do not retain values once a store returns (device
 	// contract), so the pieces' memory is free again.
 	putBuf(buf)
@@ -230,7 +232,7 @@ func (m *splitting) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 	}
 	if prev != nil {
 		if old := m.widthOf(&prev.Header); old > w {
-			if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, w, old)); err != nil {
+			if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, w, old), old-w); err != nil {
 				return fmt.Errorf("%s: drop old shards of split %d of %q: %w", Name, k.Split, k.User, err)
 			}
 		}
@@ -385,7 +387,7 @@ func (m *splitting) Release(ctx context.Context, k mechanism.Key, prev *mechanis
 	if keep >= w {
 		return nil
 	}
-	if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, keep, w)); err != nil {
+	if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, keep, w), w-keep-1); err != nil {
 		return fmt.Errorf("%s: release split %d of %q: %w", Name, k.Split, k.User, err)
 	}
 	return nil

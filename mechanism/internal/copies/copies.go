@@ -79,12 +79,14 @@ func (m *Mechanism) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 	for i := range vals {
 		vals[i] = enc
 	}
-	if err := m.env.Write(ctx, k.Data(), m.env.Span(k, 0, m.n), vals); err != nil {
+	// Degraded: with some copies' devices failed, the copies written are
+	// the redundancy left; the others are recorded for resync.
+	if err := m.env.Write(ctx, k.Data(), m.env.Span(k, 0, m.n), vals, m.n-1); err != nil {
 		return fmt.Errorf("%s: store split %d of %q: %w", m.name, k.Split, k.User, err)
 	}
 	if prev != nil {
 		if old := m.copiesOf(&prev.Header); old > m.n {
-			if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, m.n, old)); err != nil {
+			if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, m.n, old), old-m.n); err != nil {
 				return fmt.Errorf("%s: drop old copies of split %d of %q: %w", m.name, k.Split, k.User, err)
 			}
 		}
@@ -96,10 +98,9 @@ func (m *Mechanism) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 // when it is good; otherwise every copy is read, the newest good one wins
 // and is written over the bad and stale ones.
 func (m *Mechanism) Retrieve(ctx context.Context, k mechanism.Key, have []mechanism.Piece) ([]byte, format.Header, error) {
-	// The primary's copy alone is trusted only while the primary is known
-	// to hold everything: a device being rebuilt or resynced may be stale.
-	if p := &have[0]; p.OK() && p.Dev == k.Primary && m.env.State(k.Primary) == mechanism.Healthy &&
-		m.mine(&p.Value.Header) && (k.Want == 0 || p.Value.Version == k.Want) {
+	// A good piece is current: a device that missed writes of the key
+	// answers ErrStale instead (see mechanism.Env.Do).
+	if p := &have[0]; p.OK() && p.Dev == k.Primary && m.mine(&p.Value.Header) && (k.Want == 0 || p.Value.Version == k.Want) {
 		return p.Value.Payload, p.Value.Header, nil
 	}
 	best, _, err := m.heal(ctx, k, have)
@@ -154,7 +155,7 @@ func (m *Mechanism) heal(ctx context.Context, k mechanism.Key, have []mechanism.
 	for j := range vals {
 		vals[j] = enc
 	}
-	err := m.env.Write(ctx, k.Data(), devs, vals)
+	err := m.env.Write(ctx, k.Data(), devs, vals, 0)
 	rewritten := len(devs)
 	if err != nil {
 		rewritten = 0
@@ -177,7 +178,7 @@ func (m *Mechanism) Release(ctx context.Context, k mechanism.Key, prev *mechanis
 	if keep >= n {
 		return nil
 	}
-	if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, keep, n)); err != nil {
+	if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, keep, n), n-keep-1); err != nil {
 		return fmt.Errorf("%s: release split %d of %q: %w", m.name, k.Split, k.User, err)
 	}
 	return nil

@@ -1,0 +1,243 @@
+package mechanism
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"slices"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/format"
+)
+
+// Resync records (a write-intent log, per key): when a device misses a
+// delete, or an acknowledged store (a degraded write: see Env.Write and
+// Acknowledge), the internal key is recorded durably on up to two other
+// devices before the operation returns. A store that is not acknowledged
+// records nothing: the pieces it did not replace still hold the value the
+// caller must fall back to.
+// Until a later write of that key lands on the device, reads of the key
+// from it fail with ErrStale, so a device that comes back after missing
+// writes never serves the old values, and Resync knows exactly which keys
+// to bring up to date instead of a full pass.
+//
+// A record is stored under format.Key(recordPrefix ‖ device (2 bytes) ‖
+// xxhash64(internal key) (8 bytes), 0, KindArray); its value frames the
+// internal key. Records are kept in memory too, with the devices holding
+// their copies.
+
+// recordPrefix starts the user part of every record key.
+var recordPrefix = []byte("\x00kvarray-resync")
+
+// recordCopies is how many devices hold each record.
+const recordCopies = 2
+
+type records struct {
+	mu     sync.Mutex
+	missed []map[string]*record // per device, by internal key
+}
+
+// record is one key a device missed.
+type record struct {
+	holders []int // devices holding the durable record
+	// deleted: the last write missed was a delete, so once no other
+	// device holds a piece of the key, the key does not exist.
+	deleted bool
+}
+
+func recordKey(dev int, key []byte) []byte {
+	u := append(slices.Clip(recordPrefix), byte(dev>>8), byte(dev))
+	u = binary.BigEndian.AppendUint64(u, xxhash.Sum64(key))
+	return format.Key(u, 0, format.KindArray)
+}
+
+// recordable reports whether a write of key is tracked: the array's own
+// metadata (headers, records) is not.
+func recordable(key []byte) bool {
+	_, _, kind, err := format.ParseKey(key)
+	return err == nil && kind != format.KindArray
+}
+
+func (e *Env) missed(dev int, key []byte) bool {
+	e.rec.mu.Lock()
+	defer e.rec.mu.Unlock()
+	_, ok := e.rec.missed[dev][string(key)]
+	return ok
+}
+
+// keepRecords records the deletes in ops that a device missed and clears
+// the records of writes that landed.
+func (e *Env) keepRecords(ctx context.Context, ops []Op) {
+	for i := range ops {
+		op := &ops[i]
+		if !isWrite(op.Kind) || !recordable(op.Key) {
+			continue
+		}
+		switch {
+		case op.Err == nil:
+			if e.missed(op.Dev, op.Key) {
+				e.clearMiss(ctx, op.Dev, op.Key)
+			}
+		case op.Kind == device.OpDelete:
+			e.recordMiss(ctx, op.Dev, op.Key, true)
+		}
+	}
+}
+
+// Acknowledge records the stores in ops that a device missed, once the
+// caller has decided to acknowledge the write they are part of.
+func (e *Env) Acknowledge(ctx context.Context, ops []Op) {
+	for i := range ops {
+		if op := &ops[i]; op.Kind == device.OpStore && op.Err != nil && recordable(op.Key) {
+			e.recordMiss(ctx, op.Dev, op.Key, false)
+		}
+	}
+}
+
+// recordMiss records that dev missed a write (a delete when deleted) of
+// key.
+func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool) {
+	e.rec.mu.Lock()
+	if r, ok := e.rec.missed[dev][string(key)]; ok && r.deleted == deleted {
+		e.rec.mu.Unlock()
+		return
+	}
+	e.rec.missed[dev][string(key)] = &record{deleted: deleted}
+	e.rec.mu.Unlock()
+
+	kind := byte(0)
+	if deleted {
+		kind = 1
+	}
+	h := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(key)), ObjectLen: uint64(len(key)), Fields: []byte{kind}}
+	val := format.Encode(&h, key)
+	rk := recordKey(dev, key)
+	var ops []Op
+	for i := 1; i < e.N() && len(ops) < recordCopies; i++ {
+		d := e.Dev(dev, i)
+		if e.State(d) != Failed {
+			ops = append(ops, Op{Dev: d, Op: device.Op{Kind: device.OpStore, Key: rk, Value: val}})
+		}
+	}
+	// Not Do: a record write that fails is not itself recorded.
+	e.do(context.WithoutCancel(ctx), ops)
+	var holders []int
+	for i := range ops {
+		if ops[i].Err == nil {
+			holders = append(holders, ops[i].Dev)
+		}
+	}
+	e.rec.mu.Lock()
+	if r, ok := e.rec.missed[dev][string(key)]; ok {
+		r.holders = holders
+	}
+	e.rec.mu.Unlock()
+}
+
+// clearMiss drops the record of key on dev.
+func (e *Env) clearMiss(ctx context.Context, dev int, key []byte) {
+	e.rec.mu.Lock()
+	r, ok := e.rec.missed[dev][string(key)]
+	delete(e.rec.missed[dev], string(key))
+	e.rec.mu.Unlock()
+	if !ok || len(r.holders) == 0 {
+		return
+	}
+	holders := r.holders
+	rk := recordKey(dev, key)
+	ops := make([]Op, len(holders))
+	for i, d := range holders {
+		ops[i] = Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: rk}}
+	}
+	// A record left behind by a failed delete only costs a needless
+	// repair of the key at the next resync.
+	e.do(context.WithoutCancel(ctx), ops)
+}
+
+// Missed returns the internal keys device dev's record lists.
+func (e *Env) Missed(dev int) [][]byte {
+	e.rec.mu.Lock()
+	defer e.rec.mu.Unlock()
+	out := make([][]byte, 0, len(e.rec.missed[dev]))
+	for k := range e.rec.missed[dev] {
+		out = append(out, []byte(k))
+	}
+	slices.SortFunc(out, func(a, b []byte) int { return slices.Compare(a, b) })
+	return out
+}
+
+// MissedDelete reports whether the last write of key that dev missed was
+// a delete.
+func (e *Env) MissedDelete(dev int, key []byte) bool {
+	e.rec.mu.Lock()
+	defer e.rec.mu.Unlock()
+	r, ok := e.rec.missed[dev][string(key)]
+	return ok && r.deleted
+}
+
+// MissedCount returns how many keys device dev's record lists.
+func (e *Env) MissedCount(dev int) int {
+	e.rec.mu.Lock()
+	defer e.rec.mu.Unlock()
+	return len(e.rec.missed[dev])
+}
+
+// Forget drops device dev's record: a replaced device starts empty, so
+// what the old one missed no longer matters (Rebuild restores it all).
+func (e *Env) Forget(ctx context.Context, dev int) {
+	for _, k := range e.Missed(dev) {
+		e.clearMiss(ctx, dev, k)
+	}
+}
+
+// LoadRecords reads the resync records from every device that answers,
+// as an array does when it opens.
+func (e *Env) LoadRecords(ctx context.Context) error {
+	var errs []error
+	for d := 0; d < e.N(); d++ {
+		if e.State(d) == Failed {
+			continue
+		}
+		var keys [][]byte
+		err := e.devs[d].Iterate(ctx, recordPrefix, func(k []byte) error {
+			if u, _, kind, err := format.ParseKey(k); err == nil && kind == format.KindArray && len(u) == len(recordPrefix)+10 {
+				keys = append(keys, slices.Clone(k))
+			}
+			return nil
+		})
+		if err != nil {
+			if !errors.Is(err, device.ErrDeviceFailed) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		for _, k := range keys {
+			b, err := e.devs[d].Retrieve(ctx, k)
+			if err != nil {
+				continue
+			}
+			v, err := format.Decode(b)
+			if err != nil {
+				continue
+			}
+			u, _, _, _ := format.ParseKey(k)
+			dev := int(u[len(recordPrefix)])<<8 | int(u[len(recordPrefix)+1])
+			if dev >= e.N() || !slices.Equal(recordKey(dev, v.Payload), k) {
+				continue
+			}
+			e.rec.mu.Lock()
+			m := e.rec.missed[dev]
+			r := m[string(v.Payload)]
+			if r == nil {
+				r = &record{deleted: len(v.Fields) == 1 && v.Fields[0] == 1}
+				m[string(v.Payload)] = r
+			}
+			r.holders = append(r.holders, d)
+			e.rec.mu.Unlock()
+		}
+	}
+	return errors.Join(errs...)
+}
