@@ -331,4 +331,3 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 		check(steps, k)
 	}
 }
-

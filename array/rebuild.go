@@ -221,8 +221,8 @@ func (a *Array) rebuildKeys(ctx context.Context, i int) ([][]byte, error) {
 	var wg sync.WaitGroup
 	var errs []error
 	for d := 0; d < n; d++ {
-		dist := (i - d + n) % n  // how far d is before i
-		back := (d - i + n) % n  // how far d is after i
+		dist := (i - d + n) % n // how far d is before i
+		back := (d - i + n) % n // how far d is after i
 		if d == i || (dist >= w && back >= w) || a.env.State(d) == mechanism.Failed {
 			continue
 		}

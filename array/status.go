@@ -102,4 +102,3 @@ func (a *Array) Status(ctx context.Context) (Status, error) {
 	}
 	return st, nil
 }
-
