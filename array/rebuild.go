@@ -323,11 +323,15 @@ func (a *Array) heal(ctx context.Context, dev int, work []healItem, checkpoint f
 					return
 				case <-t.C:
 					report(false)
+					var last []byte
 					mu.Lock()
-					if checkpoint != nil && next > 0 && work[next-1].user != nil {
-						checkpoint(work[next-1].user)
+					if next > 0 {
+						last = work[next-1].user
 					}
 					mu.Unlock()
+					if checkpoint != nil && last != nil {
+						checkpoint(last)
+					}
 				}
 			}
 		}()

@@ -129,8 +129,58 @@ var ErrStale = errors.New("stale: the device missed writes of this key")
 // value. Ops for a Failed device are not sent: a device that comes back
 // may have missed writes, so only Resync or Rebuild re-admit it.
 func (e *Env) Do(ctx context.Context, ops []Op) {
+	if dr, ok := ctx.Value(dryRunKey{}).(*DryRun); ok {
+		reads, at := dr.skipWrites(ops)
+		e.do(ctx, reads)
+		for j, i := range at {
+			ops[i] = reads[j]
+		}
+		return
+	}
 	e.do(ctx, ops)
 	e.keepRecords(ctx, ops)
+}
+
+type dryRunKey struct{}
+
+// DryRun counts the writes that operations under its context would have
+// made, without making them: a scrub without repair runs the repairs
+// under a DryRun to count what they would fix.
+type DryRun struct {
+	mu     sync.Mutex
+	writes int
+}
+
+// WithDryRun returns a context under which Env sends no writes; each one
+// succeeds at once and is counted in dr.
+func WithDryRun(ctx context.Context, dr *DryRun) context.Context {
+	return context.WithValue(ctx, dryRunKey{}, dr)
+}
+
+// Writes returns the number of writes skipped.
+func (dr *DryRun) Writes() int {
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
+	return dr.writes
+}
+
+// skipWrites marks the writes of ops done and returns the reads, with
+// their indices in ops.
+func (dr *DryRun) skipWrites(ops []Op) ([]Op, []int) {
+	var reads []Op
+	var at []int
+	for i := range ops {
+		if isWrite(ops[i].Kind) {
+			ops[i].Err = nil
+			dr.mu.Lock()
+			dr.writes++
+			dr.mu.Unlock()
+			continue
+		}
+		reads = append(reads, ops[i])
+		at = append(at, i)
+	}
+	return reads, at
 }
 
 func (e *Env) do(ctx context.Context, ops []Op) {

@@ -169,6 +169,13 @@ func (e *Env) Missed(dev int) [][]byte {
 	return out
 }
 
+// MarkStale records that dev holds an out-of-date piece under key that
+// a write chose not to touch (a parity patched on the other devices only),
+// so that it is never read as current.
+func (e *Env) MarkStale(ctx context.Context, dev int, key []byte) {
+	e.recordMiss(ctx, dev, key, false)
+}
+
 // MissedDelete reports whether the last write of key that dev missed was
 // a delete.
 func (e *Env) MissedDelete(dev int, key []byte) bool {

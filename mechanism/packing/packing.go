@@ -310,12 +310,12 @@ func (m *Mechanism) parityDevices(id uint64, members []int) []int {
 // writeSet encodes a new set and writes its members and parities; every
 // entry completes with the outcome.
 //
-// Degraded: the set protects its members while at most r of its pieces
-// are missing (missed parities are recorded for resync). A member whose
-// own piece cannot be written is not stored: it is left out of the set
-// before encoding when its device is known to be failed, and taken out of
-// the parities afterwards when the write fails, so that a set never lists
-// bytes that are not stored.
+// Degraded: while at most r of the set's pieces miss their devices (a
+// member's own piece included: it is then rebuilt from the set when read),
+// the set is written and every member acknowledged, the missed pieces
+// recorded for resync. With more missing, every member fails and the
+// parities that landed are deleted, so that no set lists bytes that were
+// not acknowledged.
 func (m *Mechanism) writeSet(ctx context.Context, set []*entry) {
 	// One caller's cancellation must not fail the others' stores.
 	ctx = context.WithoutCancel(ctx)
@@ -324,17 +324,7 @@ func (m *Mechanism) writeSet(ctx context.Context, set []*entry) {
 			close(e.done)
 		}
 	}()
-	var live []*entry
-	for _, e := range set {
-		if m.env.State(e.k.Primary) == mechanism.Failed {
-			e.err = fmt.Errorf("packing: store split %d of %q: device %d: %w", e.k.Split, e.k.User, e.k.Primary, mechanism.ErrMarkedFailed)
-			continue
-		}
-		live = append(live, e)
-	}
-	if len(live) == 0 {
-		return
-	}
+	live := set
 	shardSize := 1
 	devs := make([]int, len(live))
 	for i, e := range live {
@@ -352,9 +342,7 @@ func (m *Mechanism) writeSet(ctx context.Context, set []*entry) {
 	}
 	fail := func(err error) {
 		for _, e := range live {
-			if e.err == nil {
-				e.err = fmt.Errorf("packing: store split %d of %q in set %x: %w", e.k.Split, e.k.User, id, err)
-			}
+			e.err = fmt.Errorf("packing: store split %d of %q in set %x: %w", e.k.Split, e.k.User, id, err)
 		}
 	}
 	if err := m.codec.Encode(shards); err != nil {
@@ -370,38 +358,18 @@ func (m *Mechanism) writeSet(ctx context.Context, set []*entry) {
 	pv := m.ids.Next()
 	ops = append(ops, m.parityOps(&pf, pv, shards[m.k:])...)
 	m.env.Do(ctx, ops)
-	pops := ops[len(live):]
-	kept := members[:0:0]
-	for i, e := range live {
-		if ops[i].Err != nil {
-			e.err = fmt.Errorf("packing: store split %d of %q: %w", e.k.Split, e.k.User, ops[i].Err)
-			clear(shards[i]) // a virtual zero member now
-			continue
-		}
-		kept = append(kept, members[i])
-	}
-	if len(kept) < len(members) {
-		// Take the members that were not stored out of the parities.
-		pf.members = kept
-		pv = m.ids.Next()
-		if err := m.codec.Encode(shards); err != nil {
-			fail(err)
-			return
-		}
-		if len(kept) == 0 {
-			for j := range pops {
-				pops[j] = mechanism.Op{Dev: pf.parity[j], Op: device.Op{Kind: device.OpDelete, Key: setKey(id)}}
-			}
-		} else {
-			pops = m.parityOps(&pf, pv, shards[m.k:])
-		}
-		m.env.Do(ctx, pops)
-	}
-	if err := mechanism.Quorum(pops, m.r-1); err != nil || len(kept) == 0 {
+	if err := mechanism.Quorum(ops, m.r); err != nil {
 		fail(err)
+		var del []mechanism.Op
+		for _, op := range ops[len(live):] {
+			if op.Err == nil {
+				del = append(del, mechanism.Op{Dev: op.Dev, Op: device.Op{Kind: device.OpDelete, Key: op.Key}})
+			}
+		}
+		m.env.Do(ctx, del)
 		return
 	}
-	m.env.Acknowledge(ctx, pops)
+	m.env.Acknowledge(ctx, ops)
 	m.noteSet(&pf, pv)
 	m.sets1.Add(1)
 }
@@ -425,15 +393,29 @@ func (m *Mechanism) memberOp(g geometry, roster []member, mb *member, value []by
 		Key: format.Key(mb.key, mb.split, format.KindData), Value: format.Encode(&h, value)}}
 }
 
-// parityOps returns the writes of the r parities of pf at version v.
+// markUnpatched records the parities a patch leaves out (nil in parity)
+// as stale on their devices, before the patch is written.
+func (m *Mechanism) markUnpatched(ctx context.Context, pf *parityFields, parity [][]byte) {
+	for j := range parity {
+		if parity[j] == nil {
+			m.env.MarkStale(ctx, pf.parity[j], setKey(pf.set))
+		}
+	}
+}
+
+// parityOps returns the writes of the parities of pf at version v; a nil
+// parity[j] is not written.
 func (m *Mechanism) parityOps(pf *parityFields, v uint64, parity [][]byte) []mechanism.Op {
-	ops := make([]mechanism.Op, m.r)
+	ops := make([]mechanism.Op, 0, len(parity))
 	key := setKey(pf.set)
-	for j := range ops {
+	for j := range parity {
+		if parity[j] == nil {
+			continue
+		}
 		f := *pf
 		f.index = j
 		h := format.Header{RM: format.RMPacking, EC: erasure.ReedSolomon, Splits: 1, Version: v, Fields: f.encode()}
-		ops[j] = mechanism.Op{Dev: pf.parity[j], Op: device.Op{Kind: device.OpStore, Key: key, Value: format.Encode(&h, parity[j])}}
+		ops = append(ops, mechanism.Op{Dev: pf.parity[j], Op: device.Op{Kind: device.OpStore, Key: key, Value: format.Encode(&h, parity[j])}})
 	}
 	return ops
 }
@@ -488,20 +470,28 @@ func (m *Mechanism) readParities(ctx context.Context, g geometry) []parity {
 	return pieces
 }
 
-// fastParities returns the parities when all r are good, of one version,
-// and list member key/split at slot with version want.
-func fastParities(pars []parity, key []byte, split, slot int, want uint64) bool {
-	for i := range pars {
-		p := &pars[i]
-		if !p.ok || p.Value.Version != pars[0].Value.Version {
-			return false
+// fastParities returns the indices of the parities that read well when
+// they all carry one version and list member key/split at slot with
+// version want, and nil otherwise. Parities that do not read (a failed
+// device, corruption) are left out: patched from the others, they are
+// erased for good by the newer version and rebuilt by a repair.
+func fastParities(pars []parity, key []byte, split, slot int, want uint64) []int {
+	var good []int
+	for j := range pars {
+		p := &pars[j]
+		if !p.ok {
+			continue
+		}
+		if len(good) > 0 && p.Value.Version != pars[good[0]].Value.Version {
+			return nil
 		}
 		i := slices.IndexFunc(p.f.members, func(mb member) bool { return mb.slot == slot })
 		if i < 0 || p.f.members[i].version != want || p.f.members[i].split != split || string(p.f.members[i].key) != string(key) {
-			return false
+			return nil
 		}
+		good = append(good, j)
 	}
-	return true
+	return good
 }
 
 // setState is a set read whole: membership, and every shard, reconstructed
@@ -546,11 +536,13 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member) (*
 	}
 	st.shards = make([][]byte, k+st.g.r)
 	st.bad = make([]bool, k+st.g.r)
+	var why []error
 	for j := range pars {
 		if pars[j].ok && pars[j].Value.Version == st.version {
 			st.shards[k+j] = pars[j].Value.Payload
 		} else {
 			st.bad[k+j] = true
+			why = append(why, fmt.Errorf("parity %d on device %d: version %d of %d: %v", j, pars[j].Dev, pars[j].Value.Version, st.version, pars[j].Err))
 		}
 	}
 	ops := make([]mechanism.Op, len(st.f.members))
@@ -565,6 +557,7 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member) (*
 			st.shards[mb.slot] = pad(v.Payload, st.g.shardSize)
 		} else {
 			st.bad[mb.slot] = true
+			why = append(why, fmt.Errorf("member %q on device %d (version %d listed): %v", mb.key, mb.dev, mb.version, ops[i].Err))
 		}
 	}
 	for s := 0; s < k; s++ {
@@ -579,7 +572,8 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member) (*
 		}
 	}
 	if lost > st.g.r {
-		return nil, fmt.Errorf("packing set %x: %d of %d pieces bad, %d tolerated: %w", g.set, lost, k+st.g.r, st.g.r, mechanism.ErrDataLoss)
+		return nil, fmt.Errorf("packing set %x: %d of %d pieces bad, %d tolerated: %w", g.set, lost, k+st.g.r, st.g.r,
+			errors.Join(append([]error{mechanism.ErrDataLoss}, why...)...))
 	}
 	if lost > 0 {
 		for i, b := range st.bad {
@@ -734,16 +728,17 @@ func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mech
 	}
 	defer tk.Release()
 	pars := m.readParities(ctx, f.geometry)
-	if !fastParities(pars, k.User, k.Split, f.slot, old.Version) {
+	good := fastParities(pars, k.User, k.Split, f.slot, old.Version)
+	if good == nil {
 		return false, nil
 	}
-	newPar, err := m.delta(f, pars, old.Payload, value)
+	newPar, err := m.delta(f, pars, good, old.Payload, value)
 	if err != nil {
 		return true, err
 	}
 	mb := member{slot: f.slot, dev: k.Primary, key: k.User, split: k.Split, splits: obj.Splits,
 		splitLen: uint32(len(value)), objectLen: obj.ObjectLen, version: obj.Version}
-	pf := pars[0].f
+	pf := pars[good[0]].f
 	pf.members = slices.Clone(pf.members)
 	for i := range pf.members {
 		if pf.members[i].slot == f.slot {
@@ -751,12 +746,13 @@ func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mech
 		}
 	}
 	pv := m.ids.Next()
+	m.markUnpatched(ctx, &pf, newPar)
 	ops := append([]mechanism.Op{m.memberOp(f.geometry, f.roster, &mb, value)}, m.parityOps(&pf, pv, newPar)...)
 	m.env.Do(ctx, ops)
 	if err := ops[0].Err; err != nil {
 		return true, fmt.Errorf("packing: update split %d of %q in set %x: %w", k.Split, k.User, f.set, err)
 	}
-	if err := mechanism.Quorum(ops[1:], m.r-1); err != nil {
+	if err := mechanism.Quorum(ops[1:], len(ops)-2); err != nil {
 		return true, fmt.Errorf("packing: update split %d of %q in set %x: %w", k.Split, k.User, f.set, err)
 	}
 	m.env.Acknowledge(ctx, ops)
@@ -766,9 +762,10 @@ func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mech
 
 func setLockKey(id uint64) []byte { return setKey(id) }
 
-// delta returns the parities of the set after the member at f.slot changes
-// from old to new, computed from the parities alone.
-func (m *Mechanism) delta(f memberFields, pars []parity, old, new []byte) ([][]byte, error) {
+// delta returns the parities good of the set after the member at f.slot
+// changes from old to new, computed from those parities alone (nil for
+// the others).
+func (m *Mechanism) delta(f memberFields, pars []parity, good []int, old, new []byte) ([][]byte, error) {
 	codec, err := erasure.Lookup(erasure.ReedSolomon, f.k, f.r)
 	if err != nil {
 		return nil, err
@@ -781,12 +778,22 @@ func (m *Mechanism) delta(f memberFields, pars []parity, old, new []byte) ([][]b
 	}
 	newData[f.slot] = pad(new, f.shardSize)
 	for j := range pars {
-		shards[f.k+j] = slices.Clone(pars[j].Value.Payload)
+		if slices.Contains(good, j) {
+			shards[f.k+j] = slices.Clone(pars[j].Value.Payload)
+		} else {
+			shards[f.k+j] = make([]byte, f.shardSize) // not written
+		}
 	}
 	if err := codec.Update(shards, newData); err != nil {
 		return nil, err
 	}
-	return shards[f.k:], nil
+	out := shards[f.k:]
+	for j := range out {
+		if !slices.Contains(good, j) {
+			out[j] = nil
+		}
+	}
+	return out, nil
 }
 
 // detach removes the member k from its set: the parities are patched as if
@@ -808,11 +815,11 @@ func (m *Mechanism) detach(ctx context.Context, k mechanism.Key, prev *mechanism
 	pars := m.readParities(ctx, f.geometry)
 	var newPar [][]byte
 	var pf parityFields
-	if ok && fastParities(pars, k.User, k.Split, f.slot, old.Version) {
-		if newPar, err = m.delta(f, pars, old.Payload, nil); err != nil {
+	if good := fastParities(pars, k.User, k.Split, f.slot, old.Version); ok && good != nil {
+		if newPar, err = m.delta(f, pars, good, old.Payload, nil); err != nil {
 			return err
 		}
-		pf = pars[0].f
+		pf = pars[good[0]].f
 	} else {
 		st, err := m.loadSet(ctx, f.geometry, f.roster)
 		if err != nil {
@@ -841,6 +848,7 @@ func (m *Mechanism) detach(ctx context.Context, k mechanism.Key, prev *mechanism
 			ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: setKey(pf.set)}})
 		}
 	} else {
+		m.markUnpatched(ctx, &pf, newPar)
 		ops = m.parityOps(&pf, pv, newPar)
 	}
 	m.env.Do(ctx, ops)
@@ -860,7 +868,8 @@ func (m *Mechanism) Release(ctx context.Context, k mechanism.Key, prev *mechanis
 	if keep > 0 {
 		return nil
 	}
-	if err := m.env.Delete(ctx, k.Data(), []int{k.Primary}, 0); err != nil {
+	// Degraded: a primary that misses the delete is recorded.
+	if err := m.env.Delete(ctx, k.Data(), []int{k.Primary}, 1); err != nil {
 		return fmt.Errorf("packing: release split %d of %q: %w", k.Split, k.User, err)
 	}
 	return nil

@@ -387,7 +387,9 @@ func (m *splitting) Release(ctx context.Context, k mechanism.Key, prev *mechanis
 	if keep >= w {
 		return nil
 	}
-	if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, keep, w), w-keep-1); err != nil {
+	// Degraded: a device that misses the delete is recorded, and its
+	// shard never serves again (see mechanism.Env.Do).
+	if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, keep, w), w); err != nil {
 		return fmt.Errorf("%s: release split %d of %q: %w", Name, k.Split, k.User, err)
 	}
 	return nil

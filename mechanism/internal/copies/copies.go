@@ -178,7 +178,9 @@ func (m *Mechanism) Release(ctx context.Context, k mechanism.Key, prev *mechanis
 	if keep >= n {
 		return nil
 	}
-	if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, keep, n), n-keep-1); err != nil {
+	// Degraded: a device that misses the delete is recorded, and its piece
+	// never serves again (see mechanism.Env.Do).
+	if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, keep, n), n); err != nil {
 		return fmt.Errorf("%s: release split %d of %q: %w", m.name, k.Split, k.User, err)
 	}
 	return nil
