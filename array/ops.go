@@ -270,6 +270,21 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 		}
 		return m.Store(ctx, a.key(key, s), obj, value[lo:hi], pv)
 	})
+	if err != nil && prev != nil && prev.m != m {
+		// A failed store may still have overwritten some of the old
+		// value's pieces. Where those carry more than the value itself
+		// (Packing: a set that lists the member), leave them describing
+		// a value that is gone and a later loss would bring it back: so
+		// release them anyway once the primary no longer holds the old
+		// value.
+		if _, ok := prev.m.(releaseChecker); ok {
+			p := a.env.Read(ctx, a.key(key, 0).Data(), []int{a.primary(key, 0)})[0]
+			if p.OK() && p.Value.Version != ph.Version {
+				_ = release()
+			}
+		}
+		return err
+	}
 	if err != nil || prev == nil {
 		return err
 	}

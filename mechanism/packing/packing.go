@@ -828,7 +828,11 @@ func (m *Mechanism) detach(ctx context.Context, k mechanism.Key, prev *mechanism
 		if !slices.ContainsFunc(st.f.members, func(mb member) bool {
 			return mb.slot == f.slot && mb.split == k.Split && string(mb.key) == string(k.User)
 		}) {
-			return nil // already not a member
+			// Already not a member, but parities that still say it is
+			// (lost, stale, or rebuilt from the roster) must be rewritten
+			// or recorded stale, or they would bring it back.
+			_, err := m.rewriteBad(ctx, st)
+			return err
 		}
 		st.shards[f.slot] = make([]byte, st.g.shardSize)
 		codec, err := erasure.Lookup(erasure.ReedSolomon, st.g.k, st.g.r)
@@ -985,27 +989,36 @@ func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.He
 	return m.rewriteBad(ctx, st)
 }
 
-// rewriteBad writes the pieces of st that were bad, on the devices that
-// are not failed, and returns how many it wrote.
+// rewriteBad writes the pieces of st that were bad and returns how many
+// it wrote. Those whose devices are failed are recorded as missed, so that
+// they are brought up to date when the devices come back rather than read
+// as they are.
 func (m *Mechanism) rewriteBad(ctx context.Context, st *setState) (int, error) {
 	var ops []mechanism.Op
 	for _, mb := range st.f.members {
-		if st.bad[mb.slot] && m.env.State(mb.dev) != mechanism.Failed {
+		if st.bad[mb.slot] {
 			ops = append(ops, m.memberOp(st.g, rosterOf(st.f.members), &mb, st.shards[mb.slot][:mb.splitLen]))
 		}
 	}
 	pops := m.parityOps(&st.f, st.version, st.shards[st.g.k:])
 	for j := range pops {
-		if st.bad[st.g.k+j] && m.env.State(pops[j].Dev) != mechanism.Failed {
+		if st.bad[st.g.k+j] {
 			ops = append(ops, pops[j])
 		}
 	}
 	m.env.Do(ctx, ops)
-	if err := joinOps(ops); err != nil {
+	if err := mechanism.Quorum(ops, len(ops)); err != nil {
 		return 0, fmt.Errorf("packing: repair set %x: %w", st.g.set, err)
 	}
+	m.env.Acknowledge(ctx, ops)
+	written := 0
+	for i := range ops {
+		if ops[i].Err == nil {
+			written++
+		}
+	}
 	m.noteSet(&st.f, st.version)
-	return len(ops), nil
+	return written, nil
 }
 
 // ---- the member → set index, for members whose own piece is lost ----
