@@ -452,6 +452,10 @@ func (a *Array) Keys(ctx context.Context, prefix []byte) ([][]byte, error) {
 		return nil, err
 	}
 	defer a.end()
+	return a.keys(ctx, prefix)
+}
+
+func (a *Array) keys(ctx context.Context, prefix []byte) ([][]byte, error) {
 	lists := make([][][]byte, a.env.N())
 	errs := make([]error, a.env.N())
 	var wg sync.WaitGroup
@@ -464,7 +468,16 @@ func (a *Array) Keys(ctx context.Context, prefix []byte) ([][]byte, error) {
 	}
 	wg.Wait()
 	for i, err := range errs {
-		if err != nil && a.env.State(i) != mechanism.Failed {
+		switch {
+		case err == nil:
+		case errors.Is(err, device.ErrDeviceFailed):
+			// Its keys are listed by the devices holding their other
+			// pieces, once it is marked failed.
+			if a.env.State(i) != mechanism.Failed {
+				a.env.SetState(i, mechanism.Failed)
+				return a.keys(ctx, prefix)
+			}
+		default:
 			return nil, fmt.Errorf("keys: device %d (%s): %w", i, a.env.Name(i), err)
 		}
 	}

@@ -11,14 +11,24 @@ import (
 
 // DeviceStatus describes one device.
 type DeviceStatus struct {
-	Index    int    `json:"index"`
-	Name     string `json:"name"`
-	State    string `json:"state"`
-	Reason   string `json:"reason,omitempty"`
-	Keys     int64  `json:"keys"`
-	Used     int64  `json:"used_bytes"`
-	Capacity int64  `json:"capacity_bytes"`
+	Index int    `json:"index"`
+	Name  string `json:"name"`
+	// State is "healthy", "failed", "rebuilding" (replaced, not yet
+	// rebuilt) or "degraded-behind" (serving, but with ResyncKeys keys
+	// whose writes it missed still to resync).
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+	// ResyncKeys counts the keys the device's resync record lists: writes
+	// it missed while failed, to bring up to date (Resync, Rebuild).
+	ResyncKeys int   `json:"resync_keys"`
+	Keys       int64 `json:"keys"`
+	Used       int64 `json:"used_bytes"`
+	Capacity   int64 `json:"capacity_bytes"`
 }
+
+// StateDegradedBehind is the State of a healthy device with keys to
+// resync.
+const StateDegradedBehind = "degraded-behind"
 
 // MechanismStatus counts the objects stored with one mechanism.
 type MechanismStatus struct {
@@ -53,7 +63,10 @@ func (a *Array) Status(ctx context.Context) (Status, error) {
 	defer a.end()
 	st := Status{ID: a.hdr.id.String(), Mode: a.o.mode.String(), Default: a.def.Name()}
 	for i, d := range a.devs {
-		ds := DeviceStatus{Index: i, Name: a.env.Name(i), State: a.env.State(i).String()}
+		ds := DeviceStatus{Index: i, Name: a.env.Name(i), State: a.env.State(i).String(), ResyncKeys: a.env.MissedCount(i)}
+		if a.env.State(i) == mechanism.Healthy && ds.ResyncKeys > 0 {
+			ds.State = StateDegradedBehind
+		}
 		if a.reasons != nil && a.reasons[i] != nil {
 			ds.Reason = a.reasons[i].Error()
 		}

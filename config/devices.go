@@ -12,17 +12,26 @@ import (
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/device/mem"
 	"github.com/kvarray/kvarray/device/pebble"
+	"github.com/kvarray/kvarray/device/redis"
 )
 
 // spec is a parsed device spec.
 type spec struct {
-	kind string // "pebble" or "mem"
-	arg  string // resolved directory, or emulator name
+	kind string // "pebble", "mem" or "redis"
+	arg  string // resolved directory, emulator name, or redis:// URL as given
+	// canon is a redis device's name: redis://HOST:PORT/DB, port and
+	// database filled in, credentials left out.
+	canon string
 }
 
 // name is the device's name in messages and status, the one the backend
 // itself reports.
-func (s spec) name() string { return s.kind + ":" + s.arg }
+func (s spec) name() string {
+	if s.kind == "redis" {
+		return s.canon
+	}
+	return s.kind + ":" + s.arg
+}
 
 // id identifies the device for duplicate detection.
 func (s spec) id() string {
@@ -38,9 +47,13 @@ func (c *Config) parseSpec(s string) (spec, error) {
 	kind, arg, ok := strings.Cut(s, ":")
 	switch {
 	case strings.HasPrefix(s, "redis://"):
-		return spec{}, fmt.Errorf("%q: redis devices are not supported yet", s)
+		name, err := redis.Name(s)
+		if err != nil {
+			return spec{}, err // names s already
+		}
+		return spec{kind: "redis", arg: s, canon: name}, nil
 	case !ok:
-		return spec{}, fmt.Errorf("%q: want pebble:DIR or mem:NAME", s)
+		return spec{}, fmt.Errorf("%q: want pebble:DIR, mem:NAME or redis://HOST:PORT/DB", s)
 	case kind == "pebble":
 		if arg == "" {
 			return spec{}, fmt.Errorf("%q: pebble needs a directory, e.g. pebble:./data/dev0", s)
@@ -55,7 +68,7 @@ func (c *Config) parseSpec(s string) (spec, error) {
 		}
 		return spec{kind: kind, arg: arg}, nil
 	}
-	return spec{}, fmt.Errorf("%q: unknown device kind %q; want pebble:DIR or mem:NAME", s, kind)
+	return spec{}, fmt.Errorf("%q: unknown device kind %q; want pebble:DIR, mem:NAME or redis://HOST:PORT/DB", s, kind)
 }
 
 // OpenDevices opens the config's devices in order. A device that cannot be
@@ -63,7 +76,9 @@ func (c *Config) parseSpec(s string) (spec, error) {
 // array reports it as failed by name instead of failing to open. create
 // lets pebble devices create their directories; without it a missing or
 // empty directory is a failed device. mem devices are new and empty every
-// time. The config should be valid.
+// time. redis devices connect to their server, and one that cannot be
+// reached (within the device's timeout) is a stand-in like the others; an
+// empty database is left to the array to judge. The config should be valid.
 func OpenDevices(cfg *Config, create bool) []device.Device {
 	devs, _ := openDevices(cfg, create)
 	return devs
@@ -103,6 +118,14 @@ func openDevices(cfg *Config, create bool) ([]device.Device, []error) {
 				}))
 			}
 			devs[i] = mem.New(opts...)
+		case "redis":
+			d, err := redis.Open(context.Background(), sp.arg, redis.WithLimits(limits), redis.WithCapacity(capacity))
+			if err != nil {
+				err = renamed{strings.TrimPrefix(err.Error(), sp.name()+": "), err}
+				devs[i], errs[i] = device.Unavailable(sp.name(), err), err
+				continue
+			}
+			devs[i] = d
 		}
 	}
 	return devs, errs

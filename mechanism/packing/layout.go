@@ -255,3 +255,21 @@ func rosterOf(ms []member) []member {
 	}
 	return out
 }
+
+// Describe decodes an encoded parity value and returns the devices of its
+// set's members and of its parities: for tests and tools that check a
+// set's layout from outside.
+func Describe(parityValue []byte) (members, parity []int, err error) {
+	v, err := format.Decode(parityValue)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := decodeParity(v.Fields)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, m := range f.members {
+		members = append(members, m.dev)
+	}
+	return members, f.parity, nil
+}

@@ -1029,6 +1029,7 @@ func (m *Mechanism) rewriteBad(ctx context.Context, st *setState) (int, error) {
 type setIndex struct {
 	sets    map[uint64]indexedSet
 	members map[string]uint64 // member key‖split → set id
+	scanned []bool            // devices whose parities were read
 }
 
 type indexedSet struct {
@@ -1107,16 +1108,36 @@ func (m *Mechanism) lookup(ctx context.Context, k mechanism.Key) (indexEntry, bo
 		}
 	}
 	e, ok := m.index.entry(memberKey(k.User, k.Split))
+	if !ok && m.indexIncomplete() {
+		// Built while some devices were down: read them now.
+		if err := m.buildIndexLocked(ctx); err != nil {
+			return indexEntry{}, false, err
+		}
+		e, ok = m.index.entry(memberKey(k.User, k.Split))
+	}
 	return e, ok, nil
+}
+
+// indexIncomplete reports whether a device that answers now was not read
+// when the index was built.
+func (m *Mechanism) indexIncomplete() bool {
+	for d, done := range m.index.scanned {
+		if !done && m.env.State(d) != mechanism.Failed {
+			return true
+		}
+	}
+	return false
 }
 
 // buildIndexLocked reads every parity on every device that answers.
 func (m *Mechanism) buildIndexLocked(ctx context.Context) error {
 	idx := newSetIndex()
+	idx.scanned = make([]bool, m.env.N())
 	for d := 0; d < m.env.N(); d++ {
 		if m.env.State(d) == mechanism.Failed {
 			continue
 		}
+		idx.scanned[d] = true
 		var keys [][]byte
 		err := m.env.Device(d).Iterate(ctx, setKeyPrefix, func(key []byte) error {
 			if _, _, kind, err := format.ParseKey(key); err == nil && kind == kindParity {

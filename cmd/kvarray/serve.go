@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/config"
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/server"
+)
+
+// shutdownTimeout bounds how long serve waits for connections to finish
+// their commands after SIGINT or SIGTERM.
+const shutdownTimeout = 30 * time.Second
+
+func (c *cli) serveCmd() *cobra.Command {
+	var listen string
+	cmd := &cobra.Command{
+		Use:   "serve [--listen ADDR]",
+		Short: "Serve the array over the Redis protocol (redis-cli, Redis clients)",
+		Long: `serve opens the array of the config file and serves it over the Redis
+protocol (RESP2) on ADDR (default 127.0.0.1:6380), until SIGINT or SIGTERM:
+then it stops accepting connections, lets each finish the commands it has
+sent, and closes the array (flushing packing queues and closing devices).
+
+With no --config and no ./kvarray.yaml, serve creates the default array
+first: 6 Pebble devices under ./data in hybrid mode, with its config
+written to ./kvarray.yaml so that the other commands see the same array.
+
+Commands: PING ECHO GET SET (NX, XX) DEL EXISTS MGET MSET STRLEN TYPE TTL
+PTTL SCAN KEYS DBSIZE INFO COMMAND HELLO AUTH CLIENT SELECT CONFIG QUIT, and
+KVARRAY.STATUS, KVARRAY.SET key value RM, KVARRAY.FAIL DEV and
+KVARRAY.RECOVER DEV (mem devices). The admin commands have no access
+control: listen on a trusted address only.`,
+		Args: args(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.serve(listen, cmd.Flags().Changed("config"))
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:6380", "listen on TCP address `ADDR`")
+	return cmd
+}
+
+func (c *cli) serve(listen string, explicitConfig bool) error {
+	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	a, devs, err := c.openForServe(ctx, explicitConfig)
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		err = fmt.Errorf("serve: %w", err)
+		if cerr := a.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		return err
+	}
+	srv := server.New(a, server.WithDevices(devs))
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	fmt.Fprintf(c.stdout, "kvarray serve: array %s (%s, %d devices) listening on %s\n", a.ID(), a.Mode(), a.N(), l.Addr())
+	fmt.Fprintf(c.stdout, "connect with: %s\n", connectHint(l.Addr()))
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(c.stdout, "kvarray serve: shutting down")
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			serveErr = fmt.Errorf("serve: shutdown: connections still busy after %v were closed: %w", shutdownTimeout, err)
+		}
+		if err := <-served; !errors.Is(err, server.ErrServerClosed) && serveErr == nil {
+			serveErr = fmt.Errorf("serve: %w", err)
+		}
+	case err := <-served:
+		// The listener failed: stop serving the connections too.
+		serveErr = fmt.Errorf("serve: %w", err)
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}
+	if err := a.Close(); err != nil {
+		serveErr = errors.Join(serveErr, fmt.Errorf("serve: closing the array: %w", err))
+	}
+	if serveErr == nil {
+		fmt.Fprintln(c.stdout, "kvarray serve: stopped")
+	}
+	return serveErr
+}
+
+// openForServe opens the array of the config file, or creates the default
+// one when there is no config file and none was asked for. It returns the
+// devices too when it opened them itself (mem devices, which KVARRAY.FAIL
+// can fail).
+func (c *cli) openForServe(ctx context.Context, explicitConfig bool) (*array.Array, []device.Device, error) {
+	cfg, err := config.Load(c.configPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		if explicitConfig {
+			return nil, nil, fmt.Errorf("config file %s does not exist (create one with 'kvarray init', or run serve without --config for the default array)", c.configPath)
+		}
+		return c.createDefault(ctx)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if allMem(cfg) {
+		// mem devices are new at every open: the array is created, on
+		// devices the server keeps for KVARRAY.FAIL and RECOVER.
+		devs := config.OpenDevices(cfg, true)
+		a, err := array.Create(ctx, devs, cfg.Options()...)
+		if err != nil {
+			for _, d := range devs {
+				d.Close()
+			}
+			return nil, nil, err
+		}
+		return a, devs, nil
+	}
+	a, err := config.OpenConfig(ctx, cfg)
+	return a, nil, err
+}
+
+// createDefault creates the default array (what `kvarray init` makes) in
+// the config file's directory and writes the config file.
+func (c *cli) createDefault(ctx context.Context) (*array.Array, []device.Device, error) {
+	dir, err := filepath.Abs(filepath.Dir(c.configPath))
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := config.Default("data", 6)
+	cfg.SetDir(dir)
+	data, err := cfg.Marshal()
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := config.Create(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("serve: no %s, and creating the default array in %s failed: %w", c.configPath, filepath.Join(dir, "data"), err)
+	}
+	if err := writeFile(c.configPath, data); err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("serve: array %s created, but writing its config: %w", a.ID(), err), a.Close())
+	}
+	fmt.Fprintf(c.stdout, "created array %s: 6 pebble devices in %s, config %s\n", a.ID(), filepath.Join(dir, "data"), c.configPath)
+	return a, nil, nil
+}
+
+func allMem(cfg *config.Config) bool {
+	for _, d := range cfg.Devices {
+		if !strings.HasPrefix(d, "mem:") {
+			return false
+		}
+	}
+	return len(cfg.Devices) > 0
+}
+
+// connectHint is the redis-cli command line that reaches addr.
+func connectHint(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "redis-cli -h " + addr.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() || host == "localhost" {
+		return "redis-cli -p " + port
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return "redis-cli -p " + port + " (from this machine)"
+	}
+	return "redis-cli -h " + host + " -p " + port
+}

@@ -1,0 +1,7 @@
+//go:build !unix
+
+package redistest
+
+import "os"
+
+var stopSignal, contSignal os.Signal

@@ -1,0 +1,98 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/device/mem"
+	"github.com/kvarray/kvarray/mechanism"
+)
+
+// The KVARRAY.* commands administer the array. They have no access
+// control: like the rest of the server, they are for a trusted network
+// (serve listens on 127.0.0.1 by default).
+
+// cmdStatus: KVARRAY.STATUS, the array's Status as JSON (what `kvarray
+// status --json` prints).
+func cmdStatus(c *call) {
+	st, err := c.s.a.Status(c.ctx)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	data, err := json.Marshal(st)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	c.rc.WriteBulk(data)
+}
+
+// cmdKvSet: KVARRAY.SET key value mechanism.
+func cmdKvSet(c *call) {
+	if stored, _ := c.set(c.args[1], c.args[2], always, array.Using(string(c.args[3]))); stored {
+		c.ok()
+	}
+}
+
+// memDevice returns device DEV of a KVARRAY.FAIL / RECOVER command, which
+// must be a mem device the server was given.
+func (c *call) memDevice(what string) (int, *mem.Device, bool) {
+	i, err := strconv.Atoi(string(c.args[1]))
+	if err != nil {
+		c.error("ERR value is not an integer or out of range")
+		return 0, nil, false
+	}
+	n := c.s.a.N()
+	switch {
+	case i < 0 || i >= n:
+		c.error(fmt.Sprintf("ERR %s: no device %d: the array has devices 0 to %d", what, i, n-1))
+		return 0, nil, false
+	case len(c.s.o.devices) != n:
+		c.error(fmt.Sprintf("ERR %s: the server was not given the array's devices (server.WithDevices)", what))
+		return 0, nil, false
+	}
+	d, ok := c.s.o.devices[i].(*mem.Device)
+	if !ok {
+		name := "?"
+		if info, err := c.s.o.devices[i].Info(context.Background()); err == nil {
+			name = info.Name
+		}
+		c.error(fmt.Sprintf("ERR %s: device %d (%s) is not a mem device: only mem devices can be failed and recovered on command", what, i, name))
+		return 0, nil, false
+	}
+	return i, d, true
+}
+
+// cmdFail: KVARRAY.FAIL DEV fails mem device DEV (every operation on it
+// fails until KVARRAY.RECOVER) and marks it failed in the array at once,
+// rather than at its next operation.
+func cmdFail(c *call) {
+	i, d, ok := c.memDevice("KVARRAY.FAIL")
+	if !ok {
+		return
+	}
+	d.Fail()
+	c.s.a.SetDeviceState(i, mechanism.Failed)
+	c.ok()
+}
+
+// cmdRecover: KVARRAY.RECOVER DEV brings failed mem device DEV back with
+// the data it had. It may have missed writes, so a device the array had
+// marked failed comes back as rebuilding: written to and read from, but
+// its not-founds are not trusted, until a rebuild brings it up to date
+// and marks it healthy.
+func cmdRecover(c *call) {
+	i, d, ok := c.memDevice("KVARRAY.RECOVER")
+	if !ok {
+		return
+	}
+	d.Recover()
+	if c.s.a.DeviceState(i) == mechanism.Failed {
+		c.s.a.SetDeviceState(i, mechanism.Rebuilding)
+	}
+	c.ok()
+}

@@ -1,0 +1,42 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/device"
+)
+
+// errorKinds maps the array's sentinels to the prefix of their RESP error,
+// most specific first. The array's message follows the prefix, so that the
+// client sees both the kind (to branch on) and the detail (key, sizes,
+// devices).
+var errorKinds = []struct {
+	err    error
+	prefix string
+}{
+	{array.ErrKeyTooLong, "ERR key too long: "},
+	{array.ErrKeyTooShort, "ERR key too short: "},
+	{array.ErrValueTooLarge, "ERR value too large: "},
+	{array.ErrUnknownMechanism, "ERR unknown mechanism: "},
+	{array.ErrDataLoss, "ERR data loss: "},
+	{device.ErrNoSpace, "ERR device full: "},
+	{array.ErrUnavailable, "ERR unavailable: "},
+	{device.ErrDeviceFailed, "ERR device failed: "},
+	{device.ErrCorrupt, "ERR corrupt: "},
+	{array.ErrNotFound, "ERR not found: "},
+	{array.ErrClosed, "ERR shutting down: "},
+	{context.Canceled, "ERR shutting down: "},
+	{context.DeadlineExceeded, "ERR timeout: "},
+}
+
+// errorReply is the RESP error for an error from the array.
+func errorReply(err error) string {
+	for _, k := range errorKinds {
+		if errors.Is(err, k.err) {
+			return k.prefix + err.Error()
+		}
+	}
+	return "ERR " + err.Error()
+}

@@ -1,0 +1,280 @@
+package server
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+)
+
+// The guard sits between a client's socket and redcon's reader. redcon
+// buffers whatever a client sends until a command is complete, growing its
+// buffer without bound, and indexes past its buffer (a panic, which would
+// take the whole process down) on a bulk length near MaxInt64. The guard
+// parses the same framing as redcon as the bytes arrive, passes well-formed
+// input through unchanged, and:
+//
+//   - replaces a bulk string longer than maxBulk by a short placeholder
+//     (oversized), dropping its bytes as they arrive, so that the command
+//     gets an error reply ("value too large") and the connection stays in
+//     step without the server ever holding the bulk;
+//   - ends the connection with a protocol error, as Redis does, on framing
+//     redcon would choke on or that breaks a limit: a multibulk count over
+//     maxArgs, a header line over 32 bytes, an inline command over 64 KiB,
+//     a command whose passed-through bytes exceed maxQuery.
+//
+// Commands with a multibulk count of 0 or less are dropped, as Redis
+// ignores them (redcon would end the connection).
+
+const (
+	maxHeaderLine = 32       // "*N\r\n" or "$N\r\n": 20 digits and change
+	maxInline     = 64 << 10 // Redis's PROTO_INLINE_MAX_SIZE
+	nonceLen      = 16
+	// placeholderLen is the length of the bulk that stands for an
+	// oversized one: the server's nonce and the bulk's length.
+	placeholderLen = nonceLen + 8
+)
+
+const (
+	stStart    = iota // between commands
+	stInline          // inside an inline (telnet) command line
+	stMultiHdr        // reading "*N\r\n"
+	stBulkHdr         // reading "$N\r\n"
+	stBody            // passing a bulk's bytes and its CRLF through
+	stSkip            // dropping an oversized bulk's bytes
+	stSkipCR          // expecting the CR after a dropped bulk
+	stSkipLF          // expecting the LF after a dropped bulk
+)
+
+// protocolError ends a connection; the message is sent to the client as
+// "-ERR Protocol error: <msg>" before the connection is closed.
+type protocolError struct{ msg string }
+
+func (e *protocolError) Error() string { return "Protocol error: " + e.msg }
+
+type guard struct {
+	maxBulk  int64
+	maxQuery int64
+	maxArgs  int64
+	nonce    [nonceLen]byte
+
+	state  int
+	hdr    []byte // header line held back until complete
+	args   int64  // bulks left in the current command
+	left   int64  // bytes left to pass (with CRLF) or to drop
+	inline int    // bytes of the current inline line so far
+	query  int64  // bytes of the current command passed through
+}
+
+// output collects what the guard passes on: in place at the front of the
+// buffer being scanned while it fits behind the read position, and in
+// spill from the first thing that does not.
+type output struct {
+	buf   []byte // the scanned buffer; buf[:n] is output
+	n     int
+	spill *[]byte
+}
+
+func (o *output) emit(b []byte, readPos int) {
+	if len(*o.spill) == 0 && o.n+len(b) <= readPos {
+		o.n += copy(o.buf[o.n:], b)
+		return
+	}
+	*o.spill = append(*o.spill, b...)
+}
+
+// feed scans in (which it overwrites with its output), returns how many
+// bytes at the front of in are output, and appends to spill what did not
+// fit there; the caller passes spill on after in[:n]. An error is returned
+// with the output that precedes it, which the caller must pass on first.
+func (g *guard) feed(in []byte, spill *[]byte) (int, error) {
+	out := output{buf: in, spill: spill}
+	i := 0
+	for i < len(in) {
+		switch g.state {
+		case stStart:
+			if in[i] == '*' {
+				g.state = stMultiHdr
+				g.hdr = append(g.hdr[:0], '*')
+				i++
+			} else {
+				g.state = stInline
+				g.inline = 0
+			}
+		case stInline:
+			j := bytes.IndexByte(in[i:], '\n')
+			end := len(in)
+			if j >= 0 {
+				end = i + j + 1
+			}
+			g.inline += end - i
+			if g.inline > maxInline {
+				return out.n, &protocolError{"too big inline request"}
+			}
+			out.emit(in[i:end], end)
+			i = end
+			if j >= 0 {
+				g.state = stStart
+			}
+		case stMultiHdr, stBulkHdr:
+			if g.state == stBulkHdr && len(g.hdr) == 0 {
+				if in[i] != '$' {
+					return out.n, &protocolError{fmt.Sprintf("expected '$', got '%s'", printable(in[i]))}
+				}
+			}
+			j := bytes.IndexByte(in[i:], '\n')
+			end := len(in)
+			if j >= 0 {
+				end = i + j + 1
+			}
+			g.hdr = append(g.hdr, in[i:end]...)
+			i = end
+			if len(g.hdr) > maxHeaderLine {
+				if g.state == stMultiHdr {
+					return out.n, &protocolError{"too big mbulk count string"}
+				}
+				return out.n, &protocolError{"too big bulk count string"}
+			}
+			if j < 0 {
+				continue
+			}
+			if err := g.header(&out, i); err != nil {
+				return out.n, err
+			}
+		case stBody:
+			k := min(g.left, int64(len(in)-i))
+			out.emit(in[i:i+int(k)], i+int(k))
+			i += int(k)
+			g.left -= k
+			if g.left == 0 {
+				g.nextArg()
+			}
+		case stSkip:
+			k := min(g.left, int64(len(in)-i))
+			i += int(k)
+			g.left -= k
+			if g.left == 0 {
+				g.state = stSkipCR
+			}
+		case stSkipCR, stSkipLF:
+			want := byte('\r')
+			if g.state == stSkipLF {
+				want = '\n'
+			}
+			if in[i] != want {
+				return out.n, &protocolError{"invalid bulk length"}
+			}
+			i++
+			if g.state == stSkipCR {
+				g.state = stSkipLF
+			} else {
+				g.nextArg()
+			}
+		}
+	}
+	return out.n, nil
+}
+
+// header handles a complete header line in g.hdr; readPos is where the
+// scan is in the buffer.
+func (g *guard) header(out *output, readPos int) error {
+	h := g.hdr
+	if len(h) < 4 || h[len(h)-2] != '\r' {
+		if g.state == stMultiHdr {
+			return &protocolError{"invalid multibulk length"}
+		}
+		return &protocolError{"invalid bulk length"}
+	}
+	n, ok := parseLen(h[1 : len(h)-2])
+	if g.state == stMultiHdr {
+		switch {
+		case !ok || n > g.maxArgs:
+			return &protocolError{"invalid multibulk length"}
+		case n <= 0:
+			// Redis ignores "*0" and "*-1"; redcon would fail on them.
+			g.state = stStart
+			return nil
+		}
+		out.emit(h, readPos)
+		g.args, g.query = n, int64(len(h))
+		g.state = stBulkHdr
+		g.hdr = g.hdr[:0]
+		return nil
+	}
+	if !ok || n < 0 {
+		return &protocolError{"invalid bulk length"}
+	}
+	if n > g.maxBulk {
+		var ph [5 + placeholderLen + 2]byte
+		copy(ph[:], "$24\r\n")
+		copy(ph[5:], g.nonce[:])
+		binary.BigEndian.PutUint64(ph[5+nonceLen:], uint64(n))
+		copy(ph[5+placeholderLen:], "\r\n")
+		out.emit(ph[:], readPos)
+		g.query += int64(len(ph))
+		g.left = n
+		g.state = stSkip
+		if n == 0 {
+			g.state = stSkipCR
+		}
+		return nil
+	}
+	g.query += int64(len(h)) + n + 2
+	if g.query > g.maxQuery {
+		return &protocolError{fmt.Sprintf("request of more than %d bytes (the server's query limit)", g.maxQuery)}
+	}
+	out.emit(h, readPos)
+	g.left = n + 2
+	g.state = stBody
+	return nil
+}
+
+func (g *guard) nextArg() {
+	g.args--
+	g.hdr = g.hdr[:0]
+	if g.args == 0 {
+		g.state = stStart
+		g.query = 0
+		return
+	}
+	g.state = stBulkHdr
+}
+
+// parseLen parses a header's decimal number: an optional '-' and at most
+// 18 digits, so that it cannot overflow.
+func parseLen(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+// oversized reports whether arg is the placeholder, with nonce, for a bulk
+// the guard dropped, and the dropped bulk's length.
+func oversized(nonce *[nonceLen]byte, arg []byte) (int64, bool) {
+	if len(arg) != placeholderLen || !bytes.Equal(arg[:nonceLen], nonce[:]) {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(arg[nonceLen:])), true
+}
+
+func printable(c byte) string {
+	if c >= ' ' && c < 0x7f {
+		return string(rune(c))
+	}
+	return strconv.QuoteToASCII(string([]byte{c}))
+}

@@ -1,0 +1,219 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestGlobMatch(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, s string
+		want       bool
+	}{
+		{"*", "", true},
+		{"*", "anything", true},
+		{"", "", true},
+		{"", "a", false},
+		{"h?llo", "hello", true},
+		{"h?llo", "hllo", false},
+		{"h*llo", "hllo", true},
+		{"h*llo", "heeeello", true},
+		{"h[ae]llo", "hallo", true},
+		{"h[ae]llo", "hillo", false},
+		{"h[^e]llo", "hallo", true},
+		{"h[^e]llo", "hello", false},
+		{"h[a-b]llo", "hbllo", true},
+		{"h[b-a]llo", "hbllo", true},
+		{"h[a-b]llo", "hcllo", false},
+		{`h\*llo`, "h*llo", true},
+		{`h\*llo`, "hello", false},
+		{`[\]]`, "]", true},
+		{"user:*:name", "user:42:name", true},
+		{"user:*:name", "user:42:email", false},
+		{"*a*a*a*a*a*a*a*a*b", strings.Repeat("a", 60), false},
+		{"a*", "A", false},
+		{"[abc", "b", true},
+		{`ab\`, `ab\`, true},
+	} {
+		if got := globMatch([]byte(tc.pattern), []byte(tc.s)); got != tc.want {
+			t.Errorf("globMatch(%q, %q) = %v, want %v", tc.pattern, tc.s, got, tc.want)
+		}
+	}
+	if got := literalPrefix([]byte(`user:1*`)); string(got) != "user:1" {
+		t.Errorf("literalPrefix = %q", got)
+	}
+}
+
+// globRef is a plain recursive glob with globMatch's rules (exponential
+// in the worst case; fine for small inputs), to check globMatch against.
+func globRef(p, s []byte) bool {
+	if len(p) == 0 {
+		return len(s) == 0
+	}
+	if p[0] == '*' {
+		for i := 0; i <= len(s); i++ {
+			if globRef(p[1:], s[i:]) {
+				return true
+			}
+		}
+		return false
+	}
+	if len(s) == 0 {
+		return false
+	}
+	next, ok := matchOne(p, 0, s[0])
+	return ok && globRef(p[next:], s[1:])
+}
+
+func FuzzGlob(f *testing.F) {
+	f.Add([]byte("a*b?[c-e]"), []byte("axxbyd"))
+	f.Add([]byte(`*\*[^x]`), []byte("**y"))
+	f.Fuzz(func(t *testing.T, p, s []byte) {
+		if len(p) > 24 || len(s) > 24 {
+			return
+		}
+		if got, want := globMatch(p, s), globRef(p, s); got != want {
+			t.Fatalf("globMatch(%q, %q) = %v, reference %v", p, s, got, want)
+		}
+	})
+}
+
+// TestScan: a full scan returns every key exactly once for any COUNT, and
+// a key present for the whole scan is returned exactly once while other
+// keys are stored and deleted meanwhile.
+func TestScan(t *testing.T) {
+	ts := startServer(t, "")
+	rdb := ts.client()
+	ctx := context.Background()
+	var all []string
+	for i := range 300 {
+		k := fmt.Sprintf("key:%03d", i)
+		all = append(all, k)
+		if err := rdb.Set(ctx, k, "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, count := range []int64{1, 7, 100, 1000} {
+		var got []string
+		var cursor uint64
+		for {
+			keys, next, err := rdb.Scan(ctx, cursor, "", count).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int64(len(keys)) > count+2 {
+				t.Errorf("COUNT %d: a page of %d keys", count, len(keys))
+			}
+			got = append(got, keys...)
+			if next == 0 {
+				break
+			}
+			cursor = next
+		}
+		sort.Strings(got)
+		if !slices.Equal(got, all) {
+			t.Errorf("COUNT %d: scan returned %d keys, want the %d keys once each", count, len(got), len(all))
+		}
+	}
+	// MATCH and TYPE filter; redis-style iteration with go-redis's iterator.
+	it := rdb.Scan(ctx, 0, "key:1?0", 5).Iterator()
+	var matched []string
+	for it.Next(ctx) {
+		matched = append(matched, it.Val())
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(matched)
+	if want := []string{"key:100", "key:110", "key:120", "key:130", "key:140", "key:150", "key:160", "key:170", "key:180", "key:190"}; !slices.Equal(matched, want) {
+		t.Errorf("MATCH key:1?0 = %v", matched)
+	}
+	if keys, _, err := rdb.ScanType(ctx, 0, "", 1000, "hash").Result(); err != nil || len(keys) != 0 {
+		t.Errorf("TYPE hash: %v, %v", keys, err)
+	}
+	if keys, _, err := rdb.ScanType(ctx, 0, "", 1000, "string").Result(); err != nil || len(keys) == 0 {
+		t.Errorf("TYPE string: %d keys, %v", len(keys), err)
+	}
+
+	// Concurrent churn: keys key:* stay, churn:* come and go.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c := ts.client()
+		rng := rand.New(rand.NewPCG(1, 2))
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			k := fmt.Sprintf("churn:%d", rng.IntN(200))
+			if rng.IntN(2) == 0 {
+				c.Set(ctx, k, "x", 0)
+			} else {
+				c.Del(ctx, k)
+			}
+		}
+	}()
+	seen := map[string]int{}
+	var cursor uint64
+	for {
+		keys, next, err := rdb.Scan(ctx, cursor, "", 13).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			seen[k]++
+		}
+		if next == 0 {
+			break
+		}
+		cursor = next
+		time.Sleep(time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	for _, k := range all {
+		if seen[k] != 1 {
+			t.Errorf("during churn %s was returned %d times", k, seen[k])
+		}
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Errorf("during churn %s was returned %d times", k, n)
+		}
+	}
+
+	// Errors as Redis words them.
+	c := ts.dial()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"SCAN", "x"}, "ERR invalid cursor"},
+		{[]string{"SCAN", "-1"}, "ERR invalid cursor"},
+		{[]string{"SCAN", "0", "COUNT", "0"}, "ERR syntax error"},
+		{[]string{"SCAN", "0", "COUNT", "x"}, "ERR value is not an integer or out of range"},
+		{[]string{"SCAN", "0", "MATCH"}, "ERR syntax error"},
+		{[]string{"SCAN", "0", "BOGUS", "1"}, "ERR syntax error"},
+	} {
+		if r := c.do(tc.args...); !r.isError() || r.str != tc.want {
+			t.Errorf("%v: %v, want -%s", tc.args, r, tc.want)
+		}
+	}
+	if r := c.do("KEYS", "key:29*"); len(r.elems) != 10 || r.elems[0].str != "key:290" || r.elems[9].str != "key:299" {
+		t.Errorf("KEYS key:29* = %v", r)
+	}
+	if n, err := rdb.DBSize(ctx).Result(); err != nil || n < 300 {
+		t.Errorf("DBSIZE = %d, %v", n, err)
+	}
+}

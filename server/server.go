@@ -1,0 +1,485 @@
+// Package server serves one kvarray array over the Redis protocol (RESP2),
+// so that redis-cli, redis-benchmark and Redis client libraries can use it.
+// It is built on github.com/tidwall/redcon, which reads pipelined commands
+// in batches and flushes their replies together.
+//
+// Every command has one handler in a table (commands.go) with its arity,
+// flags and documentation, which COMMAND, COMMAND INFO and COMMAND DOCS
+// report. Errors use Redis's own strings where Redis has one ("ERR wrong
+// number of arguments for 'get' command", "ERR syntax error"); array errors
+// are "ERR <kind>: <detail>" (see errorReply).
+//
+// Semantics, where kvarray differs from Redis:
+//   - Keys are 1 to Limits() bytes (252 with default device limits); the
+//     empty key and longer keys are errors, not absent keys.
+//   - A connection runs its commands one after the other, in order, like
+//     Redis; different connections run concurrently. Commands on one key
+//     are serialised by the array.
+//   - SET NX / XX check and store under a per-key lock that every write of
+//     this server takes (SET, MSET, DEL, KVARRAY.SET): they are atomic
+//     among the clients of this server, not against another process
+//     writing to the same devices.
+//   - MSET and DEL of several keys lock their keys, then run their
+//     stores/deletes concurrently: other writers through this server wait,
+//     but a reader can see some keys written and others not yet, and a
+//     failure part way leaves the keys that were written.
+//   - There is no expiry: SET's EX/PX/EXAT/PXAT/KEEPTTL are refused, TTL
+//     is -1 for every key.
+//   - SCAN's cursor is a position in the order of a 64-bit hash of the
+//     keys (a decimal number, as clients expect): a key present for the
+//     whole scan is returned exactly once, whatever is added or removed
+//     meanwhile. Each call lists the array's keys (a pass over every
+//     device) and sorts them; so do KEYS, DBSIZE and INFO keyspace.
+//
+// Limits on input: a bulk string longer than the largest value the array
+// takes (at most 512 MiB, Redis's proto-max-bulk-len) is dropped as it
+// arrives and its command fails with "value too large"; a command of more
+// than 1 GiB (Redis's client-query-buffer-limit), more than 1M arguments,
+// an inline command over 64 KiB or malformed framing end the connection
+// with "ERR Protocol error: ..." as in Redis. So one connection holds at
+// most about three times the largest bulk in memory (redcon's buffer
+// doubles, and the command is copied out of it).
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/internal/keylock"
+)
+
+// ErrServerClosed is returned by Serve and ListenAndServe after Shutdown.
+var ErrServerClosed = errors.New("server: closed")
+
+// Defaults of the options.
+const (
+	DefaultMaxClients = 10000
+	// DefaultMaxBulk caps the default bulk limit: Redis's
+	// proto-max-bulk-len.
+	DefaultMaxBulk = 512 << 20
+	// DefaultMaxRequest is the default limit on one command's bytes:
+	// Redis's client-query-buffer-limit.
+	DefaultMaxRequest = 1 << 30
+	// DefaultMaxArgs is the most arguments one command may have.
+	DefaultMaxArgs = 1 << 20
+	// minBulk is the smallest bulk limit the server uses: keys, patterns,
+	// options and PING/ECHO messages must fit whatever the value limit.
+	minBulk = 64 << 10
+)
+
+type options struct {
+	devices    []device.Device
+	maxClients int
+	maxBulk    int64
+	maxRequest int64
+	errorLog   *log.Logger
+}
+
+// Option configures New.
+type Option func(*options)
+
+// WithDevices gives the server the array's devices, in array order, for
+// KVARRAY.FAIL and KVARRAY.RECOVER (which work on mem devices only).
+// Without it those commands fail.
+func WithDevices(devs []device.Device) Option {
+	return func(o *options) { o.devices = devs }
+}
+
+// WithMaxClients sets how many connections may be open at once (default
+// 10000); a connection over the limit gets "ERR max number of clients
+// reached" and is closed.
+func WithMaxClients(n int) Option { return func(o *options) { o.maxClients = n } }
+
+// WithMaxBulk sets the longest bulk string the server reads into memory.
+// A longer one is dropped as it arrives and its command fails with "value
+// too large". Default: the array's largest value, at most 512 MiB; never
+// less than 64 KiB.
+func WithMaxBulk(n int64) Option { return func(o *options) { o.maxBulk = n } }
+
+// WithMaxRequest sets the most bytes one command may take (dropped bulks
+// not counted); a longer command ends the connection with a protocol
+// error. Default 1 GiB; never less than the bulk limit plus 64 KiB.
+func WithMaxRequest(n int64) Option { return func(o *options) { o.maxRequest = n } }
+
+// WithErrorLog sets where the server logs what no client can be told:
+// a panic in a handler (the connection is closed), accept errors. Default:
+// the log package's standard logger.
+func WithErrorLog(l *log.Logger) Option { return func(o *options) { o.errorLog = l } }
+
+// Server serves one array over RESP2. Create it with New.
+type Server struct {
+	a        *array.Array
+	o        options
+	maxKey   int
+	maxValue int64
+	nonce    [nonceLen]byte
+	cmds     map[string]*entry
+	locks    *keylock.Table
+	started  time.Time
+	version  string
+
+	// ctx is the context of every array operation; cancelled when
+	// Shutdown gives up waiting.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	shutdown  bool
+	drained   chan struct{} // closed once shutting down with no connections
+	drainOnce sync.Once
+	nextID    atomic.Int64
+
+	stats stats
+}
+
+type stats struct {
+	connections, rejected, commands, errors atomic.Int64
+	hits, misses                            atomic.Int64
+	// array operations the server made
+	stores, retrieves, deletes, exists, lists atomic.Int64
+}
+
+// New returns a server for a, which the caller keeps: after Shutdown the
+// caller closes the array (which flushes packing queues and closes the
+// devices).
+func New(a *array.Array, opts ...Option) *Server {
+	maxKey, maxValue := a.Limits()
+	o := options{maxClients: DefaultMaxClients, maxBulk: min(maxValue, DefaultMaxBulk), maxRequest: DefaultMaxRequest}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	o.maxBulk = max(o.maxBulk, minBulk, int64(maxKey))
+	o.maxRequest = max(o.maxRequest, o.maxBulk+minBulk)
+	if o.errorLog == nil {
+		o.errorLog = log.Default()
+	}
+	s := &Server{
+		a:         a,
+		o:         o,
+		maxKey:    maxKey,
+		maxValue:  maxValue,
+		locks:     keylock.New(),
+		started:   time.Now(),
+		version:   moduleVersion(),
+		listeners: map[net.Listener]struct{}{},
+		conns:     map[*conn]struct{}{},
+		drained:   make(chan struct{}),
+	}
+	if _, err := rand.Read(s.nonce[:]); err != nil {
+		panic("server: no randomness: " + err.Error())
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.cmds = make(map[string]*entry, len(commands))
+	for _, c := range commands {
+		s.cmds[c.name] = &entry{command: c}
+	}
+	return s
+}
+
+// moduleVersion is kvarray's version as the Go toolchain recorded it.
+func moduleVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Path == "github.com/kvarray/kvarray" && bi.Main.Version != "" {
+			return bi.Main.Version
+		}
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/kvarray/kvarray" {
+				return d.Version
+			}
+		}
+	}
+	return "(devel)"
+}
+
+// ListenAndServe listens on the TCP address addr and serves; see Serve.
+func (s *Server) ListenAndServe(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return s.Serve(l)
+}
+
+// Serve accepts connections on l and serves them until Shutdown, then
+// returns ErrServerClosed; it returns another error if l fails. Serve may
+// be called for several listeners. It closes l on return.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.shutdown {
+		s.mu.Unlock()
+		l.Close()
+		return ErrServerClosed
+	}
+	s.listeners[l] = struct{}{}
+	s.mu.Unlock()
+	gl := &listener{Listener: l, s: s}
+	err := redcon.Serve(gl, s.serveRESP, s.accepted, nil)
+	s.mu.Lock()
+	delete(s.listeners, l)
+	closed := s.shutdown
+	s.mu.Unlock()
+	if closed {
+		return ErrServerClosed
+	}
+	if err == nil {
+		err = gl.err
+	}
+	return err
+}
+
+// Addrs returns the addresses the server listens on.
+func (s *Server) Addrs() []net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var addrs []net.Addr
+	for l := range s.listeners {
+		addrs = append(addrs, l.Addr())
+	}
+	return addrs
+}
+
+// Shutdown stops accepting connections, lets every connection finish the
+// commands it has read (their replies are sent), closes the connections
+// and returns. If ctx ends first, it cancels the array operations in
+// flight, closes the connections at once and returns ctx's error. The
+// caller then closes the array.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.shutdown {
+		s.shutdown = true
+		for l := range s.listeners {
+			l.Close()
+		}
+	}
+	conns := s.connList()
+	if len(conns) == 0 {
+		s.closeDrained()
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.drain()
+	}
+	select {
+	case <-s.drained:
+		return nil
+	case <-ctx.Done():
+	}
+	s.cancel()
+	s.mu.Lock()
+	conns = s.connList()
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.Conn.Close()
+	}
+	s.closeDrained()
+	return ctx.Err()
+}
+
+func (s *Server) connList() []*conn {
+	cs := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+func (s *Server) closeDrained() { s.drainOnce.Do(func() { close(s.drained) }) }
+
+// listener hands redcon guarded, tracked connections. Once the server
+// shuts down its Accept fails only when every connection is done, because
+// redcon closes all its connections as soon as Accept fails.
+type listener struct {
+	net.Listener
+	s   *Server
+	err error // why Accept failed, when not shut down
+}
+
+func (l *listener) Accept() (net.Conn, error) {
+	var delay time.Duration
+	for {
+		nc, err := l.Listener.Accept()
+		if err != nil {
+			l.s.mu.Lock()
+			closing := l.s.shutdown
+			l.s.mu.Unlock()
+			if closing {
+				<-l.s.drained
+				return nil, net.ErrClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				// As net/http: back off rather than spin (redcon
+				// retries at once).
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				l.s.o.errorLog.Printf("kvarray server: accept: %v; retrying in %v", err, delay)
+				time.Sleep(delay)
+				continue
+			}
+			l.err = err
+			return nil, net.ErrClosed
+		}
+		delay = 0
+		if c := l.s.track(nc); c != nil {
+			return c, nil
+		}
+	}
+}
+
+// track registers a new connection, or refuses it (closed, nil).
+func (s *Server) track(nc net.Conn) *conn {
+	s.mu.Lock()
+	if s.shutdown {
+		s.mu.Unlock()
+		nc.Close()
+		return nil
+	}
+	if len(s.conns) >= s.o.maxClients {
+		s.mu.Unlock()
+		s.stats.rejected.Add(1)
+		nc.SetWriteDeadline(time.Now().Add(time.Second))
+		io.WriteString(nc, "-ERR max number of clients reached\r\n")
+		nc.Close()
+		return nil
+	}
+	now := time.Now()
+	c := &conn{
+		Conn:    nc,
+		s:       s,
+		id:      s.nextID.Add(1),
+		addr:    nc.RemoteAddr().String(),
+		laddr:   nc.LocalAddr().String(),
+		created: now,
+	}
+	c.last.Store(now.UnixNano())
+	c.g = guard{maxBulk: s.o.maxBulk, maxQuery: s.o.maxRequest, maxArgs: DefaultMaxArgs, nonce: s.nonce}
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	s.stats.connections.Add(1)
+	return c
+}
+
+func (s *Server) untrack(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	if s.shutdown && len(s.conns) == 0 {
+		s.closeDrained()
+	}
+	s.mu.Unlock()
+}
+
+// accepted is redcon's accept hook: the connection's state becomes its
+// context.
+func (s *Server) accepted(rc redcon.Conn) bool {
+	c, ok := rc.NetConn().(*conn)
+	if !ok {
+		return false
+	}
+	rc.SetContext(c)
+	return true
+}
+
+// conn is a client connection: the socket, guarded, and the client's
+// state. Read and the fields without a lock are used by the connection's
+// goroutine only.
+type conn struct {
+	net.Conn
+	s       *Server
+	g       guard
+	pending []byte // guard output that did not fit the caller's buffer
+	perr    error  // protocol error to report once pending is delivered
+	readErr error
+
+	id           int64
+	addr, laddr  string
+	created      time.Time
+	last         atomic.Int64 // UnixNano of the last command
+	lastCmd      atomic.Pointer[string]
+	quit         bool
+	draining     atomic.Bool
+	closeOnce    sync.Once
+	mu           sync.Mutex // guards the fields below
+	name         string
+	libName, lib string
+}
+
+// Read passes the client's bytes through the guard. Once the server is
+// draining it reports end of input, so that redcon finishes the commands
+// it has read, flushes their replies and closes.
+func (c *conn) Read(p []byte) (int, error) {
+	for {
+		if len(c.pending) > 0 {
+			n := copy(p, c.pending)
+			c.pending = c.pending[n:]
+			if len(c.pending) == 0 {
+				c.pending = nil
+			}
+			return n, nil
+		}
+		if c.perr != nil {
+			// Every reply to the commands before the error has been
+			// flushed: redcon reads only when it has run them all.
+			c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+			io.WriteString(c.Conn, "-ERR "+c.perr.Error()+"\r\n")
+			return 0, c.perr
+		}
+		if c.readErr != nil {
+			return 0, c.readErr
+		}
+		if c.draining.Load() {
+			return 0, io.EOF
+		}
+		n, err := c.Conn.Read(p)
+		if err != nil {
+			if c.draining.Load() {
+				err = io.EOF // woken by drain's deadline
+			}
+			c.readErr = err
+		}
+		if n > 0 {
+			w, perr := c.g.feed(p[:n], &c.pending)
+			if perr != nil {
+				c.perr = perr
+			}
+			if w > 0 {
+				return w, nil
+			}
+		}
+	}
+}
+
+// drain makes the connection end once it has run what it has read: a
+// Read blocked on the socket returns at once.
+func (c *conn) drain() {
+	c.draining.Store(true)
+	c.Conn.SetReadDeadline(time.Now())
+}
+
+// Close closes the socket and forgets the connection; redcon calls it when
+// the connection ends.
+func (c *conn) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		if c.Conn != nil {
+			err = c.Conn.Close()
+		}
+		if c.s != nil {
+			c.s.untrack(c)
+		}
+	})
+	return err
+}
