@@ -222,4 +222,3 @@ func BenchmarkPackingDeviceWrites(b *testing.B) {
 		})
 	}
 }
-
