@@ -23,6 +23,9 @@ var modes = []struct {
 }{
 	{"standalone-hashing", []Option{allMechanisms(), WithDefault("hashing")}, nil},
 	{"standalone-replication", []Option{allMechanisms(), WithDefault("replication")}, nil},
+	{"standalone-splitting", []Option{everyMechanism(), WithDefault("splitting")}, nil},
+	{"standalone-packing", []Option{everyMechanism(), WithDefault("packing")}, nil},
+	{"hybrid-all-four", hybridAll(), nil},
 	{"hybrid", []Option{allMechanisms(), WithMode(Hybrid), WithRules(Rule{Max: 4 << 10, RM: "replication"}, Rule{RM: "hashing"})}, nil},
 	{"custom-on-standalone", []Option{allMechanisms(), WithDefault("hashing")}, []CallOption{Using("replication")}},
 	{"custom-on-hybrid", []Option{allMechanisms(), WithMode(Hybrid), WithRules(Rule{RM: "replication"})}, []CallOption{Using("hashing")}},

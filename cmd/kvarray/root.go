@@ -70,7 +70,7 @@ that values survive failed and corrupt devices.`,
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.PersistentFlags().StringVar(&c.configPath, "config", config.FileName, "config `FILE`")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{cmd, err} })
-	root.AddCommand(c.initCmd(), c.putCmd(), c.getCmd(), c.delCmd(), c.existsCmd(), c.lsCmd(), c.statusCmd(), c.serveCmd(), c.benchCmd(), c.mttdlCmd())
+	root.AddCommand(c.initCmd(), c.putCmd(), c.getCmd(), c.delCmd(), c.existsCmd(), c.lsCmd(), c.statusCmd(), c.replaceCmd(), c.rebuildCmd(), c.resyncCmd(), c.scrubCmd(), c.serveCmd(), c.benchCmd(), c.mttdlCmd())
 	return root
 }
 
