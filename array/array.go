@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -100,6 +101,7 @@ type options struct {
 	factories   []mechanism.Factory
 	maxValue    int64
 	parallelism int
+	autoResync  time.Duration
 }
 
 // Option configures Open and Create.
@@ -126,6 +128,12 @@ func WithMechanisms(f ...mechanism.Factory) Option {
 // WithMaxValue sets the largest user value accepted (default 1 GiB).
 func WithMaxValue(n int64) Option { return func(o *options) { o.maxValue = n } }
 
+// WithAutoResync has the array probe its failed devices every interval
+// and resync each one that answers again with its header intact (a device
+// that was only unreachable), so that it catches up from its resync
+// record without an operator. 0 (the default) disables it.
+func WithAutoResync(interval time.Duration) Option { return func(o *options) { o.autoResync = interval } }
+
 // WithParallelism bounds the splits of one huge value in flight at once,
 // and the asynchronous operations in flight (default 8 and 64×8).
 func WithParallelism(n int) Option { return func(o *options) { o.parallelism = n } }
@@ -151,6 +159,8 @@ type Array struct {
 	closeMu sync.RWMutex
 	closed  bool
 	wg      sync.WaitGroup // async operations in flight
+	stop    chan struct{}  // closed by Close: stops background work
+	bg      sync.WaitGroup // background work
 }
 
 func build(devs []device.Device, opts []Option) (*Array, error) {
@@ -179,6 +189,7 @@ func build(devs []device.Device, opts []Option) (*Array, error) {
 		byName: map[string]mechanism.Mechanism{},
 		locks:  keylock.New(),
 		async:  make(chan struct{}, 64*o.parallelism),
+		stop:   make(chan struct{}),
 	}
 	if limits.MaxKeyLen-format.KeyOverhead < 1 {
 		return nil, fmt.Errorf("array: devices take keys of at most %d bytes, too short for %d bytes of split number and kind", limits.MaxKeyLen, format.KeyOverhead)
@@ -258,6 +269,7 @@ func Create(ctx context.Context, devs []device.Device, opts ...Option) (*Array, 
 		return nil, fmt.Errorf("array: create: %w", err)
 	}
 	a.reasons = make([]error, len(devs))
+	a.startBackground()
 	return a, nil
 }
 
@@ -284,6 +296,7 @@ func Open(ctx context.Context, devs []device.Device, opts ...Option) (*Array, er
 	if err := a.env.LoadRecords(ctx); err != nil {
 		return nil, fmt.Errorf("array: open: resync records: %w", err)
 	}
+	a.startBackground()
 	return a, nil
 }
 
@@ -329,6 +342,8 @@ func (a *Array) Close() error {
 	}
 	a.closed = true
 	a.closeMu.Unlock()
+	close(a.stop)
+	a.bg.Wait()
 	a.wg.Wait()
 	var errs []error
 	for i, d := range a.devs {
@@ -403,4 +418,47 @@ func (a *Array) mechanismFor(n int, override string) (mechanism.Mechanism, error
 func (a *Array) Mechanism(n int) string {
 	m, _ := a.mechanismFor(n, "")
 	return m.Name()
+}
+
+// startBackground starts the automatic resync, when configured.
+func (a *Array) startBackground() {
+	if a.o.autoResync <= 0 {
+		return
+	}
+	a.bg.Add(1)
+	go func() {
+		defer a.bg.Done()
+		t := time.NewTicker(a.o.autoResync)
+		defer t.Stop()
+		for {
+			select {
+			case <-a.stop:
+				return
+			case <-t.C:
+				a.resyncReturned()
+			}
+		}
+	}()
+}
+
+// resyncReturned resyncs every failed device that answers again.
+func (a *Array) resyncReturned() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-a.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for i := 0; i < a.env.N(); i++ {
+		if a.env.State(i) != mechanism.Failed {
+			continue
+		}
+		if _, err := a.devs[i].Info(ctx); err != nil {
+			continue
+		}
+		_, _ = a.Resync(ctx, i)
+	}
 }

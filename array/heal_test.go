@@ -307,3 +307,27 @@ func snapshot(r *rig) string {
 	}
 	return s
 }
+
+// TestAutoResync: a device that comes back is resynced by the array on its
+// own, and then serves its keys with its neighbours failed.
+func TestAutoResync(t *testing.T) {
+	r := newRig(t, 6, everyMechanism(), WithDefault("replication"), WithAutoResync(5*time.Millisecond))
+	r.mustStore("k", []byte("old"))
+	p := r.a.primary([]byte("k"), 0)
+	r.mems[p].Fail()
+	r.mustStore("k", []byte("new"))
+	if r.a.DeviceState(p) != mechanism.Failed || r.a.env.MissedCount(p) == 0 {
+		t.Fatalf("device %d: %v, %d keys behind", p, r.a.DeviceState(p), r.a.env.MissedCount(p))
+	}
+	r.mems[p].Recover()
+	deadline := time.Now().Add(10 * time.Second)
+	for r.a.DeviceState(p) != mechanism.Healthy || r.a.env.MissedCount(p) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("device %d not resynced: %v, %d behind", p, r.a.DeviceState(p), r.a.env.MissedCount(p))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.mems[(p+1)%6].Fail()
+	r.mems[(p+2)%6].Fail()
+	r.mustRead("k", []byte("new"))
+}

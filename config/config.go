@@ -63,6 +63,10 @@ type Config struct {
 	Device DeviceConfig `yaml:"device"`
 	// MaxValue is the largest user value. Default: 1GiB.
 	MaxValue Size `yaml:"max_value,omitempty"`
+	// AutoResync is how often a long-running process (kvarray serve)
+	// probes failed devices and resyncs those that answer again. 0
+	// disables it; one-shot CLI commands never run it.
+	AutoResync Duration `yaml:"auto_resync,omitempty"`
 
 	// dir is the directory relative pebble paths are relative to; empty
 	// means the process's working directory.
@@ -206,7 +210,8 @@ func yamlError(err error) error {
 // values up to 8KiB and for everything when there are fewer than 3
 // devices, and otherwise the other available mechanisms for larger values.
 func Default(dataDir string, n int) *Config {
-	c := &Config{Mode: "hybrid", Default: "replication", Replication: &Replication{Copies: min(3, n)}}
+	c := &Config{Mode: "hybrid", Default: "replication", Replication: &Replication{Copies: min(3, n)},
+		AutoResync: Duration(10 * time.Second)}
 	for i := range n {
 		c.Devices = append(c.Devices, "pebble:"+filepath.Join(dataDir, fmt.Sprintf("dev%d", i)))
 	}
@@ -282,6 +287,12 @@ func (c *Config) Options() []array.Option {
 		array.WithMechanisms(d.factories()...),
 		array.WithMaxValue(int64(d.MaxValue)),
 	}
+}
+
+// ServeOptions are Options plus what only a long-running process wants
+// (the automatic resync).
+func (c *Config) ServeOptions() []array.Option {
+	return append(c.Options(), array.WithAutoResync(time.Duration(c.AutoResync)))
 }
 
 // Marshal encodes the config as YAML, one device per line and one
