@@ -309,70 +309,42 @@ func (a *Array) heal(ctx context.Context, dev int, work []healItem, checkpoint f
 				Repaired: repaired.Load(), Failed: failed.Load(), Elapsed: time.Since(start), Completed: final})
 		}
 	}
-	stop := make(chan struct{})
-	var tick sync.WaitGroup
-	if o.progress != nil && o.every > 0 {
-		tick.Add(1)
-		go func() {
-			defer tick.Done()
-			t := time.NewTicker(o.every)
-			defer t.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-					report(false)
-					var last []byte
-					mu.Lock()
-					if next > 0 {
-						last = work[next-1].user
-					}
-					mu.Unlock()
-					if checkpoint != nil && last != nil {
-						checkpoint(last)
-					}
-				}
+	var tick func()
+	if o.progress != nil {
+		tick = func() {
+			report(false)
+			var last []byte
+			mu.Lock()
+			if next > 0 {
+				last = work[next-1].user
 			}
-		}()
-	}
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < o.workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				n, size, err := a.healOne(ctx, work[j])
-				keys.Add(1)
-				repaired.Add(int64(n))
-				bytes.Add(size)
-				mu.Lock()
-				if err != nil {
-					failed.Add(1)
-					if len(errs) < 20 {
-						errs = append(errs, err.Error())
-					}
-				} else {
-					doneFlags[j] = true
-					for next < len(work) && doneFlags[next] {
-						next++
-					}
-				}
-				mu.Unlock()
+			mu.Unlock()
+			if checkpoint != nil && last != nil {
+				checkpoint(last)
 			}
-		}()
-	}
-	for j := range work {
-		if ctx.Err() != nil {
-			break
 		}
-		jobs <- j
 	}
-	close(jobs)
-	wg.Wait()
-	close(stop)
-	tick.Wait()
+	stopTick := every(o.every, tick)
+	runPool(ctx, len(work), o.workers, func(j int) {
+		n, size, err := a.healOne(ctx, work[j])
+		keys.Add(1)
+		repaired.Add(int64(n))
+		bytes.Add(size)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			failed.Add(1)
+			if len(errs) < 20 {
+				errs = append(errs, err.Error())
+			}
+			return
+		}
+		doneFlags[j] = true
+		for next < len(work) && doneFlags[next] {
+			next++
+		}
+	})
+	stopTick()
 	rep.Keys, rep.Bytes, rep.Repaired, rep.Failed = keys.Load(), bytes.Load(), repaired.Load(), failed.Load()
 	rep.Elapsed, rep.Errors = time.Since(start), errs
 	if err := ctx.Err(); err != nil {

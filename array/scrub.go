@@ -99,55 +99,31 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 	}
 	var mu sync.Mutex
 	var done, orphans atomic.Int64
-	jobs := make(chan healItem)
-	var wg sync.WaitGroup
-	for w := 0; w < o.workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for it := range jobs {
-				name, bad, orphan, err := a.scrubOne(ctx, it, repair)
-				done.Add(1)
-				orphans.Add(orphan)
-				mu.Lock()
-				if c := per[name]; c != nil {
-					c.Keys++
-					c.BadPieces += bad
-					if err != nil {
-						c.Unrecoverable++
-					}
-				}
-				if err != nil && len(rep.Errors) < 20 {
-					rep.Errors = append(rep.Errors, err.Error())
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	stop := make(chan struct{})
+	var tick func()
 	if o.progress != nil {
-		go func() {
-			t := time.NewTicker(o.every)
-			defer t.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-					o.progress(Progress{Dev: -1, Keys: done.Load(), Total: int64(len(items)), Elapsed: time.Since(start)})
-				}
-			}
-		}()
-	}
-	for _, it := range items {
-		if ctx.Err() != nil {
-			break
+		tick = func() {
+			o.progress(Progress{Dev: -1, Keys: done.Load(), Total: int64(len(items)), Elapsed: time.Since(start)})
 		}
-		jobs <- it
 	}
-	close(jobs)
-	wg.Wait()
-	close(stop)
+	stopTick := every(o.every, tick)
+	runPool(ctx, len(items), o.workers, func(i int) {
+		name, bad, orphan, err := a.scrubOne(ctx, items[i], repair)
+		done.Add(1)
+		orphans.Add(orphan)
+		mu.Lock()
+		defer mu.Unlock()
+		if c := per[name]; c != nil {
+			c.Keys++
+			c.BadPieces += bad
+			if err != nil {
+				c.Unrecoverable++
+			}
+		}
+		if err != nil && len(rep.Errors) < 20 {
+			rep.Errors = append(rep.Errors, err.Error())
+		}
+	})
+	stopTick()
 	rep.Keys, rep.Orphans, rep.Elapsed = done.Load(), orphans.Load(), time.Since(start)
 	for _, m := range a.mechs {
 		rep.Mechanisms = append(rep.Mechanisms, *per[m.Name()])

@@ -420,12 +420,6 @@ func (m *Mechanism) parityOps(pf *parityFields, v uint64, parity [][]byte) []mec
 	return ops
 }
 
-func joinOps(ops []mechanism.Op) error {
-	var errs []error
-	for i := range ops {
-		if ops[i].Err != nil {
-			errs = append(errs, ops[i].Err)
-		}
 	}
 	return errors.Join(errs...)
 }
