@@ -132,7 +132,9 @@ func WithMaxValue(n int64) Option { return func(o *options) { o.maxValue = n } }
 // and resync each one that answers again with its header intact (a device
 // that was only unreachable), so that it catches up from its resync
 // record without an operator. 0 (the default) disables it.
-func WithAutoResync(interval time.Duration) Option { return func(o *options) { o.autoResync = interval } }
+func WithAutoResync(interval time.Duration) Option {
+	return func(o *options) { o.autoResync = interval }
+}
 
 // WithParallelism bounds the splits of one huge value in flight at once,
 // and the asynchronous operations in flight (default 8 and 64×8).

@@ -420,10 +420,6 @@ func (m *Mechanism) parityOps(pf *parityFields, v uint64, parity [][]byte) []mec
 	return ops
 }
 
-	}
-	return errors.Join(errs...)
-}
-
 // ---- reading a set ----
 
 // parity is one parity piece as read.
