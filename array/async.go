@@ -39,7 +39,7 @@ func failed(err error) *Future {
 // submit takes key's turn now, so that operations on one key complete in
 // submission order, and runs op in the background once the turn comes.
 // Submission blocks while the array's queue of asynchronous operations is
-// full. A single-split synchronous call runs op on the caller's goroutine.
+// full.
 func (a *Array) submit(ctx context.Context, key []byte, what string, op func() ([]byte, error)) *Future {
 	if err := a.begin(); err != nil {
 		return failed(err)
@@ -71,13 +71,37 @@ func (a *Array) submit(ctx context.Context, key []byte, what string, op func() (
 	return f
 }
 
-// StoreAsync submits a store and returns at once. value must not be
-// modified until the Future completes.
-func (a *Array) StoreAsync(ctx context.Context, key, value []byte, opts ...CallOption) *Future {
+// run runs op on the caller's goroutine in key's turn: the synchronous
+// form of submit.
+func (a *Array) run(ctx context.Context, key []byte, what string, op func() ([]byte, error)) ([]byte, error) {
+	if err := a.begin(); err != nil {
+		return nil, err
+	}
+	defer a.end()
+	tk, err := a.locks.Lock(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", what, shown(key), err)
+	}
+	defer tk.Release()
+	v, err := op()
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", what, shown(key), err)
+	}
+	return v, nil
+}
+
+func callOf(opts []CallOption) call {
 	var c call
 	for _, o := range opts {
 		o(&c)
 	}
+	return c
+}
+
+// StoreAsync submits a store and returns at once. value must not be
+// modified until the Future completes.
+func (a *Array) StoreAsync(ctx context.Context, key, value []byte, opts ...CallOption) *Future {
+	c := callOf(opts)
 	m, err := a.prepareStore(key, value, c)
 	if err != nil {
 		return failed(fmt.Errorf("store %s: %w", shown(key), err))
@@ -117,12 +141,12 @@ func (a *Array) Repair(ctx context.Context, key []byte) (int, error) {
 		return 0, fmt.Errorf("repair %s: %w", shown(key), err)
 	}
 	var total int
-	f := a.submit(ctx, key, "repair", func() ([]byte, error) {
+	_, err := a.run(ctx, key, "repair", func() ([]byte, error) {
 		var err error
 		total, err = a.repair(ctx, key)
 		return nil, err
 	})
-	return total, f.Err()
+	return total, err
 }
 
 // SetDeviceState records what is known of device i; tests and the rebuild

@@ -137,17 +137,32 @@ func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 
 // Store writes value under key, replacing any previous value.
 func (a *Array) Store(ctx context.Context, key, value []byte, opts ...CallOption) error {
-	return a.StoreAsync(ctx, key, value, opts...).Err()
+	c := callOf(opts)
+	m, err := a.prepareStore(key, value, c)
+	if err != nil {
+		return fmt.Errorf("store %s: %w", shown(key), err)
+	}
+	_, err = a.run(ctx, key, "store", func() ([]byte, error) {
+		return nil, a.store(ctx, key, value, m, c)
+	})
+	return err
 }
 
 // Retrieve returns the value stored under key.
 func (a *Array) Retrieve(ctx context.Context, key []byte) ([]byte, error) {
-	return a.RetrieveAsync(ctx, key).Wait()
+	if err := a.checkKey(key); err != nil {
+		return nil, fmt.Errorf("retrieve %s: %w", shown(key), err)
+	}
+	return a.run(ctx, key, "retrieve", func() ([]byte, error) { return a.retrieve(ctx, key) })
 }
 
 // Delete removes key and every piece of it; ErrNotFound if it is absent.
 func (a *Array) Delete(ctx context.Context, key []byte) error {
-	return a.DeleteAsync(ctx, key).Err()
+	if err := a.checkKey(key); err != nil {
+		return fmt.Errorf("delete %s: %w", shown(key), err)
+	}
+	_, err := a.run(ctx, key, "delete", func() ([]byte, error) { return nil, a.remove(ctx, key) })
+	return err
 }
 
 // Exist reports whether key exists.

@@ -199,22 +199,33 @@ func (e *Env) do(ctx context.Context, ops []Op) {
 	for i := range ops {
 		byDev[ops[i].Dev] = append(byDev[ops[i].Dev], i)
 	}
+	run := func(dev int, idx []int) {
+		b := make([]device.Op, len(idx))
+		for j, i := range idx {
+			b[j] = ops[i].Op
+		}
+		err := e.batch(ctx, dev, b)
+		for j, i := range idx {
+			ops[i].Op = b[j]
+		}
+		e.settle(dev, ops, err)
+	}
+	// One device's batch runs on this goroutine: a goroutine less per
+	// call, on the path every operation takes.
 	var wg sync.WaitGroup
+	last := -1
 	for dev, idx := range byDev {
+		if last < 0 {
+			last = dev
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b := make([]device.Op, len(idx))
-			for j, i := range idx {
-				b[j] = ops[i].Op
-			}
-			err := e.batch(ctx, dev, b)
-			for j, i := range idx {
-				ops[i].Op = b[j]
-			}
-			e.settle(dev, ops, err)
+			run(dev, idx)
 		}()
 	}
+	run(last, byDev[last])
 	wg.Wait()
 }
 
