@@ -526,6 +526,13 @@ func (a *Array) deviceKeys(ctx context.Context, i int, prefix []byte) ([][]byte,
 
 // repair runs under key's lock.
 func (a *Array) repair(ctx context.Context, key []byte) (int, error) {
+	n, _, err := a.repairSized(ctx, key)
+	return n, err
+}
+
+// repairSized is repair, also returning the size of the value repaired.
+func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error) {
+	var size int64
 	splits := 0
 	l, err := a.locate(ctx, a.key(key, 0))
 	switch {
@@ -533,13 +540,14 @@ func (a *Array) repair(ctx context.Context, key []byte) (int, error) {
 	case errors.Is(err, ErrNotFound):
 		l = nil
 	default:
-		return 0, err
+		return 0, 0, err
 	}
 	counts := make([]int, a.o.parallelism)
 	var total int
 	if l != nil {
 		h := *l.header()
 		splits = int(h.Splits)
+		size = int64(h.ObjectLen)
 		counts = make([]int, splits)
 		err = a.forSplits(ctx, splits, func(s int) error {
 			k := a.key(key, s)
@@ -560,7 +568,7 @@ func (a *Array) repair(ctx context.Context, key []byte) (int, error) {
 			total += n
 		}
 		if err != nil {
-			return total, err
+			return total, size, err
 		}
 	}
 	// Splits past the end (all of them when the key does not exist) are
@@ -569,16 +577,16 @@ func (a *Array) repair(ctx context.Context, key []byte) (int, error) {
 		n, err := a.sweep(ctx, a.key(key, s), 0)
 		total += n
 		if err != nil {
-			return total, err
+			return total, size, err
 		}
 		if n == 0 {
 			break
 		}
 	}
 	if l == nil {
-		return total, fmt.Errorf("split 0: %w", ErrNotFound)
+		return total, 0, fmt.Errorf("split 0: %w", ErrNotFound)
 	}
-	return total, nil
+	return total, size, nil
 }
 
 // sweep deletes the data-key pieces of k on the devices at offsets

@@ -409,8 +409,16 @@ func (a *Array) healOne(ctx context.Context, it healItem) (int, int64, error) {
 		}
 		user = u
 	}
+	if err := a.checkKey(user); err != nil {
+		return 0, 0, err
+	}
+	var n int
 	var size int64
-	n, err := a.Repair(ctx, user)
+	_, err := a.run(ctx, user, "repair", func() ([]byte, error) {
+		var err error
+		n, size, err = a.repairSized(ctx, user)
+		return nil, err
+	})
 	if errors.Is(err, ErrNotFound) {
 		err = nil // deleted: swept of whatever was left
 	}

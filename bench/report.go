@@ -69,6 +69,11 @@ type Result struct {
 	// retrieved (retrieves). 0 where it does not apply.
 	WriteAmp float64 `json:"write_amplification,omitempty"`
 	ReadAmp  float64 `json:"read_amplification,omitempty"`
+	// HostStallMs is the longest the host kept the bench from running
+	// during the phase (how late a 5ms ticker fired, at worst): CPU
+	// starvation by other processes or a paused VM. Results with stalls
+	// longer than 5% of the phase are marked in the table.
+	HostStallMs float64 `json:"host_stall_ms"`
 	// StorageOverhead is the devices' bytes (keys and values, headers
 	// included) per user byte (keys and values) after the phase (before
 	// it, for deletes).
@@ -169,6 +174,10 @@ func (rep *Report) finish() {
 	}
 }
 
+// stalled reports whether the host kept the bench from running for more
+// than 5% of the phase.
+func (res *Result) stalled() bool { return res.HostStallMs/1000 > 0.05*res.Seconds }
+
 // Lookup returns the result for a workload, size label, mechanism and
 // mode.
 func (rep *Report) Lookup(workload, size, mech, mode string) (Result, bool) {
@@ -217,6 +226,7 @@ func (rep *Report) WriteTable(out io.Writer) error {
 	t := table{left: 4}
 	t.row("WORKLOAD", "SIZE", "MECHANISM", "MODE", "OPS/S", "%NONE", "MiB/S", "P50", "P99", "P99.9", "DEV W/OP", "R/OP", "DEL/OP", "WAMP", "RAMP", "SPACE")
 	prev := ""
+	flagged := false
 	for _, r := range rep.Results {
 		if prev != "" && r.Workload != prev {
 			t.row()
@@ -226,7 +236,16 @@ func (rep *Report) WriteTable(out io.Writer) error {
 		if r.Workload == Delete {
 			mib = "-"
 		}
-		t.row(r.Workload, r.SizeLabel, r.Mechanism, r.Mode, fmt.Sprintf("%.0f", r.OpsPerSec), fmt.Sprintf("%.0f%%", r.PctOfNone), mib,
+		ops, pct := fmt.Sprintf("%.0f", r.OpsPerSec), fmt.Sprintf("%.0f%%", r.PctOfNone)
+		if r.stalled() {
+			ops += "!"
+			flagged = true
+		}
+		if none, ok := rep.Lookup(r.Workload, r.SizeLabel, None, ModeRaw); r.stalled() || (ok && none.stalled()) {
+			pct += "!"
+			flagged = true
+		}
+		t.row(r.Workload, r.SizeLabel, r.Mechanism, r.Mode, ops, pct, mib,
 			latency(r.Latency.P50), latency(r.Latency.P99), latency(r.Latency.P999),
 			count(r.PerOp.Writes), count(r.PerOp.Reads), count(r.PerOp.Deletes),
 			ratio(r.WriteAmp), ratio(r.ReadAmp), ratio(r.StorageOverhead))
@@ -238,6 +257,10 @@ func (rep *Report) WriteTable(out io.Writer) error {
 		fmt.Fprintln(out, "\n%NONE: ops/s as a percentage of raw device operations (None) for the same workload and size.\n"+
 			"DEV W/OP, R/OP, DEL/OP: device writes, reads and deletes per user operation. WAMP, RAMP: device bytes\n"+
 			"written (read) per user byte written (read). SPACE: device bytes per user byte stored (keys and values).")
+		if flagged {
+			fmt.Fprintln(out, "!: the host stalled the bench for more than 5% of this phase or of None's (host_stall_ms in --json):\n"+
+				"the number says more about the host's load than about the array; rerun on a quieter host.")
+		}
 	}
 	if len(rep.Rebuild) > 0 {
 		if len(rep.Results) > 0 {

@@ -440,6 +440,7 @@ func (r *runner) measure(ctx context.Context, in *instance, ph phase) (Result, e
 		return res, errors.New("phase has neither an operation count nor a duration")
 	}
 	in.resetCounts()
+	stopStall := stallMeter()
 	start := time.Now()
 	stopProgress := r.progress(ph, in.t, &done, start)
 	var wg sync.WaitGroup
@@ -475,6 +476,7 @@ func (r *runner) measure(ctx context.Context, in *instance, ph phase) (Result, e
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	stall := stopStall()
 	stopProgress()
 	if err := context.Cause(ctx); err != nil {
 		return res, err
@@ -486,6 +488,7 @@ func (r *runner) measure(ctx context.Context, in *instance, ph phase) (Result, e
 	}
 	res.Ops = h.n
 	res.Seconds = elapsed.Seconds()
+	res.HostStallMs = float64(stall) / float64(time.Millisecond)
 	res.Device = in.counts()
 	res.fill(&h)
 	return res, nil
@@ -519,6 +522,36 @@ func (r *runner) progress(ph phase, t target, done *atomic.Int64, start time.Tim
 		}
 	}()
 	return func() { close(stop); wg.Wait() }
+}
+
+// stallTick is the stall meter's period.
+const stallTick = 5 * time.Millisecond
+
+// stallMeter measures how late a timer of stallTick fires, at most, until
+// the returned function is called, which returns the worst lateness: how
+// long the host kept the bench from running (CPU starvation by other
+// processes, VM pauses, stop-the-world pauses). A measurement during a
+// long stall says more about the host than about the array.
+func stallMeter() func() time.Duration {
+	stop := make(chan struct{})
+	result := make(chan time.Duration, 1)
+	go func() {
+		var worst time.Duration
+		t := time.NewTicker(stallTick)
+		defer t.Stop()
+		prev := time.Now()
+		for {
+			select {
+			case <-stop:
+				result <- worst
+				return
+			case now := <-t.C:
+				worst = max(worst, now.Sub(prev)-stallTick)
+				prev = now
+			}
+		}
+	}()
+	return func() time.Duration { close(stop); return <-result }
 }
 
 // hostInfo describes the machine, for the report.

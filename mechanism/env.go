@@ -413,11 +413,18 @@ func Newest(k Key, pieces []Piece, match func(*format.Header) bool) uint64 {
 }
 
 // Lost returns an ErrDataLoss error for k, listing why each piece was bad.
+//
+// A piece's not-found is kept as text, not wrapped: a lost value must not
+// read as "the key does not exist" to errors.Is(err, device.ErrNotFound).
 func Lost(k Key, name string, pieces []Piece, why string) error {
 	var errs []error
 	for i := range pieces {
-		if pieces[i].Err != nil {
-			errs = append(errs, pieces[i].Err)
+		switch err := pieces[i].Err; {
+		case err == nil:
+		case errors.Is(err, device.ErrNotFound):
+			errs = append(errs, errors.New(err.Error()))
+		default:
+			errs = append(errs, err)
 		}
 	}
 	return fmt.Errorf("%s split %d of key %q: %s: %w", name, k.Split, k.User, why,
