@@ -1,3 +1,19 @@
+// Package bench measures kvarray the way the KVMD paper evaluates it:
+// store, retrieve, update and delete per mechanism and value size, the
+// hybrid mix, and rebuild, each configuration on fresh devices and next to
+// the None baseline (raw device operations on the same kind of devices,
+// each value once, no header, on the device its key hashes to), so that
+// every result is also a percentage of None.
+//
+// Run executes Options and returns a Report: rates, latency percentiles,
+// device operations and bytes per user operation (from the mem emulator's
+// counters, or a counting wrapper around other devices), storage
+// overhead, and the host's stalls. Report.WriteTable, JSON encoding and
+// Report.WriteChart (the paper's bar-and-lollipop figure) present it;
+// Report.Check verifies it against the mechanisms' layouts.
+//
+// Devices come from a Backend: Mem (the emulator with a speed model, KVSSD
+// by default), Pebble, or Config (the devices a config file lists).
 package bench
 
 import (

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -10,10 +9,6 @@ import (
 	"github.com/kvarray/kvarray/array"
 	"github.com/kvarray/kvarray/device/mem"
 )
-
-// ErrRebuildUnavailable is returned for a rebuild benchmark in a build
-// whose array cannot rebuild a device.
-var ErrRebuildUnavailable = errors.New("rebuild benchmark: not available in this build (the array has no Rebuild yet)")
 
 // RebuildCounts is what a rebuild reports of its work.
 type RebuildCounts struct {
@@ -24,19 +19,15 @@ type RebuildCounts struct {
 // rebuilder rebuilds device dev of a, which the benchmark has just
 // replaced by an empty device underneath the array (the array still
 // believes it healthy), and returns once the device holds everything it
-// should. nil: this build cannot rebuild, and the rebuild benchmark
-// returns ErrRebuildUnavailable.
-//
-// To wire up the array's rebuild:
-//
-//	var rebuilder = func(ctx context.Context, a *array.Array, dev int) (RebuildCounts, error) {
-//		if err := a.ReplaceDevice(ctx, dev, nil); err != nil {
-//			return RebuildCounts{}, err
-//		}
-//		rep, err := a.Rebuild(ctx, dev)
-//		return RebuildCounts{Keys: rep.Keys, Pieces: rep.Repaired}, err
-//	}
-var rebuilder func(ctx context.Context, a *array.Array, dev int) (RebuildCounts, error)
+// should: ReplaceDevice, then Rebuild. A variable so that tests can stand
+// in for it.
+var rebuilder = func(ctx context.Context, a *array.Array, dev int) (RebuildCounts, error) {
+	if err := a.ReplaceDevice(ctx, dev, nil); err != nil {
+		return RebuildCounts{}, err
+	}
+	rep, err := a.Rebuild(ctx, dev, array.WithWorkers(32))
+	return RebuildCounts{Keys: rep.Keys, Pieces: rep.Repaired}, err
+}
 
 // RebuildResult is the rebuild benchmark's outcome for one mechanism: the
 // paper's experiment (Figure 12): Keys values of Size bytes stored, one

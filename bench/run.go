@@ -140,9 +140,6 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	if o.Rebuild && rebuilder == nil {
-		return nil, ErrRebuildUnavailable
-	}
 	r := &runner{o: o, values: map[int][]byte{}}
 	rep := newReport(o)
 	sized := r.sizedTargets()

@@ -81,18 +81,29 @@ func cmdFail(c *call) {
 }
 
 // cmdRecover: KVARRAY.RECOVER DEV brings failed mem device DEV back with
-// the data it had. It may have missed writes, so a device the array had
-// marked failed comes back as rebuilding: written to and read from, but
-// its not-founds are not trusted, until a rebuild brings it up to date
-// and marks it healthy.
+// the data it had, as a device that was only unreachable, and resyncs it:
+// the array re-admits it and repairs the keys whose writes it missed
+// (array.Resync). The reply is the resync's report as JSON (what `kvarray
+// resync --json` prints); a device the array had not marked failed is
+// only brought back, with an empty report.
 func cmdRecover(c *call) {
 	i, d, ok := c.memDevice("KVARRAY.RECOVER")
 	if !ok {
 		return
 	}
 	d.Recover()
+	rep := array.RebuildReport{Dev: i}
 	if c.s.a.DeviceState(i) == mechanism.Failed {
-		c.s.a.SetDeviceState(i, mechanism.Rebuilding)
+		var err error
+		if rep, err = c.s.a.Resync(c.ctx, i); err != nil {
+			c.error(fmt.Sprintf("ERR KVARRAY.RECOVER: device %d answers again, but resyncing it failed: %s", i, errorReply(err)[len("ERR "):]))
+			return
+		}
 	}
-	c.ok()
+	data, err := json.Marshal(rep)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	c.rc.WriteBulk(data)
 }

@@ -155,10 +155,11 @@ var commands = []*command{
 		summary: "Fails device DEV (mem devices only) and marks it failed in the array.", complexity: "O(1)",
 		args: []arg{intArg("dev")}, run: cmdFail},
 	{name: "kvarray.recover", arity: 2, flags: []string{"admin"}, acl: []string{"admin", "dangerous"}, group: "kvarray", since: "0.1.0",
-		summary: "Brings failed mem device DEV back with the data it had; the array takes it as rebuilding (possibly stale).", complexity: "O(1)",
-		args: []arg{intArg("dev")}, run: cmdRecover},
-	// KVARRAY.SCRUB and KVARRAY.REBUILD DEV go here once the array has
-	// scrub and rebuild.
+		summary:    "Brings failed mem device DEV back with the data it had and resyncs it; replies with the resync report as JSON.",
+		complexity: "O(N) where N is the number of keys the device missed.",
+		args:       []arg{intArg("dev")}, run: cmdRecover},
+	// KVARRAY.SCRUB and KVARRAY.REBUILD DEV go here (array.Scrub,
+	// array.Rebuild): one row each, with a handler in admin.go.
 }
 
 // call is one command being run.

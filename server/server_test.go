@@ -263,11 +263,19 @@ func TestKVArrayCommands(t *testing.T) {
 	if err := rdb.Set(ctx, "during", "failure", 0).Err(); err != nil {
 		t.Errorf("SET with a device failed: %v", err)
 	}
-	if err := rdb.Do(ctx, "kvarray.recover", dev).Err(); err != nil {
+	raw, err = rdb.Do(ctx, "kvarray.recover", dev).Text()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if s := ts.a.DeviceState(dev).String(); s != "rebuilding" {
-		t.Errorf("after KVARRAY.RECOVER the device is %s, want rebuilding", s)
+	var rep array.RebuildReport
+	if err := json.Unmarshal([]byte(raw), &rep); err != nil || rep.Dev != dev || rep.Failed != 0 {
+		t.Errorf("KVARRAY.RECOVER: %s, %v", raw, err)
+	}
+	if s := ts.a.DeviceState(dev).String(); s != "healthy" {
+		t.Errorf("after KVARRAY.RECOVER the device is %s, want healthy", s)
+	}
+	if info, _ := rdb.Info(ctx, "kvarray").Result(); !strings.Contains(info, "devices_healthy:6") {
+		t.Errorf("INFO kvarray after KVARRAY.RECOVER:\n%s", info)
 	}
 	for _, k := range []string{"during", "k-replication", "k-splitting"} {
 		if _, err := rdb.Get(ctx, k).Result(); err != nil {

@@ -103,59 +103,81 @@ func (c *cli) serve(listen string, explicitConfig bool) error {
 }
 
 // openForServe opens the array of the config file, or creates the default
-// one when there is no config file and none was asked for. It returns the
-// devices too when it opened them itself (mem devices, which KVARRAY.FAIL
-// can fail).
+// one first when there is no config file and none was asked for. It opens
+// the devices itself, to give them to the server (KVARRAY.FAIL and
+// RECOVER work on mem devices) and to open the array with the options of
+// a long-running process (automatic resync).
 func (c *cli) openForServe(ctx context.Context, explicitConfig bool) (*array.Array, []device.Device, error) {
 	cfg, err := config.Load(c.configPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		if explicitConfig {
 			return nil, nil, fmt.Errorf("config file %s does not exist (create one with 'kvarray init', or run serve without --config for the default array)", c.configPath)
 		}
-		return c.createDefault(ctx)
+		cfg, err = c.createDefault(ctx)
 	}
 	if err != nil {
 		return nil, nil, err
 	}
-	if allMem(cfg) {
-		// mem devices are new at every open: the array is created, on
-		// devices the server keeps for KVARRAY.FAIL and RECOVER.
-		devs := config.OpenDevices(cfg, true)
-		a, err := array.Create(ctx, devs, cfg.Options()...)
-		if err != nil {
-			for _, d := range devs {
-				d.Close()
-			}
-			return nil, nil, err
-		}
-		return a, devs, nil
+	// mem devices are new at every open: their array is created.
+	mem := allMem(cfg)
+	devs := config.OpenDevices(cfg, mem)
+	var a *array.Array
+	if mem {
+		a, err = array.Create(ctx, devs, cfg.ServeOptions()...)
+	} else if err = someAnswers(ctx, cfg, devs); err == nil {
+		a, err = array.Open(ctx, devs, cfg.ServeOptions()...)
 	}
-	a, err := config.OpenConfig(ctx, cfg)
-	return a, nil, err
+	if err != nil {
+		for _, d := range devs {
+			d.Close()
+		}
+		return nil, nil, err
+	}
+	return a, devs, nil
+}
+
+// someAnswers fails, as config.OpenConfig does, when no device could be
+// opened: the array was never created, or moved.
+func someAnswers(ctx context.Context, cfg *config.Config, devs []device.Device) error {
+	var first error
+	for i, d := range devs {
+		_, err := d.Info(ctx)
+		if err == nil {
+			return nil
+		}
+		if i == 0 {
+			first = err
+		}
+	}
+	return fmt.Errorf("open: none of the %d devices can be opened; device 0 (%s): %w", len(devs), cfg.Devices[0], first)
 }
 
 // createDefault creates the default array (what `kvarray init` makes) in
-// the config file's directory and writes the config file.
-func (c *cli) createDefault(ctx context.Context) (*array.Array, []device.Device, error) {
+// the config file's directory, writes the config file and returns it.
+func (c *cli) createDefault(ctx context.Context) (*config.Config, error) {
 	dir, err := filepath.Abs(filepath.Dir(c.configPath))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	cfg := config.Default("data", 6)
 	cfg.SetDir(dir)
 	data, err := cfg.Marshal()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	a, err := config.Create(ctx, cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("serve: no %s, and creating the default array in %s failed: %w", c.configPath, filepath.Join(dir, "data"), err)
+		return nil, fmt.Errorf("serve: no %s, and creating the default array in %s failed: %w", c.configPath, filepath.Join(dir, "data"), err)
+	}
+	id := a.ID()
+	if err := a.Close(); err != nil {
+		return nil, fmt.Errorf("serve: creating the default array: %w", err)
 	}
 	if err := writeFile(c.configPath, data); err != nil {
-		return nil, nil, errors.Join(fmt.Errorf("serve: array %s created, but writing its config: %w", a.ID(), err), a.Close())
+		return nil, fmt.Errorf("serve: array %s created, but writing its config: %w", id, err)
 	}
-	fmt.Fprintf(c.stdout, "created array %s: 6 pebble devices in %s, config %s\n", a.ID(), filepath.Join(dir, "data"), c.configPath)
-	return a, nil, nil
+	fmt.Fprintf(c.stdout, "created array %s: 6 pebble devices in %s, config %s\n", id, filepath.Join(dir, "data"), c.configPath)
+	return config.Load(c.configPath)
 }
 
 func allMem(cfg *config.Config) bool {

@@ -225,6 +225,7 @@ func (m *Mechanism) insert(ctx context.Context, k mechanism.Key, obj mechanism.O
 	m.mu.Unlock()
 	if set != nil {
 		m.writeSet(ctx, set)
+		set = nil // written: a later timeout must not write it again
 	}
 	timer := time.NewTimer(m.wait)
 	defer timer.Stop()
