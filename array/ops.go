@@ -79,6 +79,11 @@ func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 		// A not-found is an answer to trust: a device that may have
 		// missed the key answers mechanism.ErrStale instead.
 		if errors.Is(p.Err, device.ErrNotFound) {
+			if k.Want != 0 {
+				// A split of a value whose split 0 was read: missing is
+				// lost, not absent.
+				return nil, mechanism.Lost(k, "array", have, "split missing")
+			}
 			if k.Split == 0 {
 				return nil, ErrNotFound
 			}

@@ -16,7 +16,7 @@
 //     Redis; different connections run concurrently. Commands on one key
 //     are serialised by the array.
 //   - SET NX / XX check and store under a per-key lock that every write of
-//     this server takes (SET, MSET, DEL, KVARRAY.SET): they are atomic
+//     this server takes (SET, SETNX, MSET, DEL, KVARRAY.SET): they are atomic
 //     among the clients of this server, not against another process
 //     writing to the same devices.
 //   - MSET and DEL of several keys lock their keys, then run their
@@ -31,14 +31,15 @@
 //     meanwhile. Each call lists the array's keys (a pass over every
 //     device) and sorts them; so do KEYS, DBSIZE and INFO keyspace.
 //
-// Limits on input: a bulk string longer than the largest value the array
-// takes (at most 512 MiB, Redis's proto-max-bulk-len) is dropped as it
-// arrives and its command fails with "value too large"; a command of more
-// than 1 GiB (Redis's client-query-buffer-limit), more than 1M arguments,
-// an inline command over 64 KiB or malformed framing end the connection
-// with "ERR Protocol error: ..." as in Redis. So one connection holds at
-// most about three times the largest bulk in memory (redcon's buffer
-// doubles, and the command is copied out of it).
+// Limits on input (guard.go): a bulk string longer than any argument can
+// be (the array's largest value, at most 512 MiB as Redis's
+// proto-max-bulk-len, never less than 64 KiB) is dropped as it arrives and
+// its command fails with "value too large"; a command of more than 1 GiB
+// (Redis's client-query-buffer-limit), more than 1M arguments, an inline
+// command over 64 KiB or malformed framing end the connection with "ERR
+// Protocol error: ..." as in Redis. So one connection holds at most about
+// three times the largest bulk in memory (redcon's buffer doubles, and the
+// command is copied out of it).
 package server
 
 import (

@@ -71,7 +71,6 @@ func TestBenchErrors(t *testing.T) {
 		{[]string{"bench", "--ops", "10", "--duration", "1s"}, []string{"--ops and --duration: give one"}},
 		{[]string{"bench", "--backend", "tape"}, []string{`--backend "tape"`}},
 		{[]string{"bench", "--dist", "pareto"}, []string{`key distribution "pareto"`}},
-		{[]string{"bench", "--rebuild", "--quick"}, []string{"rebuild benchmark: not available in this build"}},
 		{[]string{"bench", "--config", "x.yaml", "--backend", "mem"}, []string{"--config and --backend: give one"}},
 		{[]string{"bench", "--from-json", "/nonexistent/report.json"}, []string{"no such file"}},
 		{[]string{"bench", "extra"}, []string{"no arguments"}},
