@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/kvarray/kvarray/array"
 	"github.com/kvarray/kvarray/device/mem"
@@ -101,6 +102,67 @@ func cmdRecover(c *call) {
 		}
 	}
 	data, err := json.Marshal(rep)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	c.rc.WriteBulk(data)
+}
+
+// cmdScrub: KVARRAY.SCRUB [REPAIR] runs array.Scrub.
+func cmdScrub(c *call) {
+	repair := false
+	switch {
+	case len(c.args) == 2 && strings.EqualFold(string(c.args[1]), "repair"):
+		repair = true
+	case len(c.args) > 1:
+		c.error("ERR syntax error")
+		return
+	}
+	rep, err := c.s.a.Scrub(c.ctx, repair)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	c.json(rep)
+}
+
+// cmdRebuild: KVARRAY.REBUILD DEV rebuilds device DEV. A mem device that
+// is not already being rebuilt is first replaced by an empty one, as a new
+// drive in its slot; any other device must have been replaced already
+// (`kvarray replace`).
+func cmdRebuild(c *call) {
+	i, err := strconv.Atoi(string(c.args[1]))
+	if err != nil || i < 0 || i >= c.s.a.N() {
+		c.error(fmt.Sprintf("ERR KVARRAY.REBUILD: no device %s: the array has devices 0 to %d", c.args[1], c.s.a.N()-1))
+		return
+	}
+	if c.s.a.DeviceState(i) != mechanism.Rebuilding {
+		var d *mem.Device
+		if len(c.s.o.devices) == c.s.a.N() {
+			d, _ = c.s.o.devices[i].(*mem.Device)
+		}
+		if d == nil {
+			c.error(fmt.Sprintf("ERR KVARRAY.REBUILD: device %d is %v: replace it first (kvarray replace)", i, c.s.a.DeviceState(i)))
+			return
+		}
+		d.Replace()
+		if err := c.s.a.ReplaceDevice(c.ctx, i, nil); err != nil {
+			c.fail(err)
+			return
+		}
+	}
+	rep, err := c.s.a.Rebuild(c.ctx, i)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	c.json(rep)
+}
+
+// json replies with v encoded as JSON in a bulk string.
+func (c *call) json(v any) {
+	data, err := json.Marshal(v)
 	if err != nil {
 		c.fail(err)
 		return

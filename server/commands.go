@@ -158,8 +158,14 @@ var commands = []*command{
 		summary:    "Brings failed mem device DEV back with the data it had and resyncs it; replies with the resync report as JSON.",
 		complexity: "O(N) where N is the number of keys the device missed.",
 		args:       []arg{intArg("dev")}, run: cmdRecover},
-	// KVARRAY.SCRUB and KVARRAY.REBUILD DEV go here (array.Scrub,
-	// array.Rebuild): one row each, with a handler in admin.go.
+	{name: "kvarray.scrub", arity: -1, flags: []string{"admin"}, acl: []string{"admin", "slow"}, group: "kvarray", since: "0.1.0",
+		summary:    "Reads every value and redundant piece and verifies them; with REPAIR, repairs what is bad. Replies with the report as JSON.",
+		complexity: "O(N) where N is the number of keys.",
+		args:       []arg{optional(token("REPAIR"))}, run: cmdScrub},
+	{name: "kvarray.rebuild", arity: 2, flags: []string{"admin"}, acl: []string{"admin", "dangerous", "slow"}, group: "kvarray", since: "0.1.0",
+		summary:    "Rebuilds device DEV (a mem device is first replaced by an empty one); replies with the report as JSON.",
+		complexity: "O(N) where N is the number of keys on the neighbouring devices.",
+		args:       []arg{intArg("dev")}, run: cmdRebuild},
 }
 
 // call is one command being run.

@@ -691,3 +691,40 @@ func summary(out []byte) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestAdminScrubRebuild drives KVARRAY.SCRUB and KVARRAY.REBUILD over a
+// real connection: a rebuilt mem device then serves with its neighbours
+// failed.
+func TestAdminScrubRebuild(t *testing.T) {
+	ts := startServer(t, "")
+	rdb := ts.client()
+	ctx := context.Background()
+	for i := 0; i < 50; i++ {
+		if err := rdb.Set(ctx, fmt.Sprint("k", i), fmt.Sprint("value-", i), 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := rdb.Do(ctx, "kvarray.scrub").Text()
+	if err != nil || !strings.Contains(out, `"keys":50`) {
+		t.Fatalf("scrub: %q %v", out, err)
+	}
+	if out, err = rdb.Do(ctx, "kvarray.scrub", "repair").Text(); err != nil || !strings.Contains(out, `"repair":true`) {
+		t.Fatalf("scrub repair: %q %v", out, err)
+	}
+	if _, err := rdb.Do(ctx, "kvarray.scrub", "bogus").Text(); err == nil {
+		t.Fatal("scrub with a bad argument succeeded")
+	}
+	if out, err = rdb.Do(ctx, "kvarray.rebuild", "2").Text(); err != nil || !strings.Contains(out, `"device":2`) {
+		t.Fatalf("rebuild: %q %v", out, err)
+	}
+	for _, d := range []string{"1", "3"} {
+		if err := rdb.Do(ctx, "kvarray.fail", d).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 50; i++ {
+		if v, err := rdb.Get(ctx, fmt.Sprint("k", i)).Result(); err != nil || v != fmt.Sprint("value-", i) {
+			t.Fatalf("k%d after rebuild with neighbours failed: %q %v", i, v, err)
+		}
+	}
+}
