@@ -86,14 +86,7 @@ devices' redundancy (values stored with hashing on it are lost): it needs
 }
 
 func (c *cli) rebuildCmd() *cobra.Command {
-	var (
-		workers int
-		asJSON  bool
-	)
-	cmd := &cobra.Command{
-		Use:   "rebuild DEV [--workers N] [--json]",
-		Short: "Restore everything that belongs on a replaced device",
-		Long: `rebuild restores the data of device DEV, which 'kvarray replace' swapped in:
+	return c.healDevCmd("rebuild", "Restore everything that belongs on a replaced device", `rebuild restores the data of device DEV, which 'kvarray replace' swapped in:
 it lists the keys that can have a piece on DEV from the devices next to it
 and repairs them, --workers at a time. On a terminal a progress line on
 stderr shows keys done of the total, bytes, rates, elapsed time and time
@@ -103,41 +96,35 @@ and the device is healthy.
 The rebuild checkpoints its progress on the device: interrupted (^C), it
 stops cleanly and a rerun resumes where it stopped. Keys that could not be
 repaired make it exit 2 after the report.`,
-		Args: args(1, 1, "DEV"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			dev, err := parseDev(cmd, args[0])
-			if err != nil {
-				return err
-			}
-			if workers < 1 {
-				return usageError{cmd, fmt.Errorf("--workers %d: want at least 1", workers)}
-			}
-			return c.heal("rebuild", dev, asJSON, func(a *array.Array, opts []array.HealOption) (array.RebuildReport, error) {
-				return a.Rebuild(c.ctx, dev, append(opts, array.WithWorkers(workers))...)
-			})
-		},
-	}
-	cmd.Flags().IntVar(&workers, "workers", 16, "keys repaired at once")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
-	return cmd
+		func(a *array.Array, dev int, opts []array.HealOption) (array.RebuildReport, error) {
+			return a.Rebuild(c.ctx, dev, opts...)
+		})
 }
 
 func (c *cli) resyncCmd() *cobra.Command {
-	var (
-		workers int
-		asJSON  bool
-	)
-	cmd := &cobra.Command{
-		Use:   "resync DEV [--workers N] [--json]",
-		Short: "Bring a device that was unreachable and came back up to date",
-		Long: `resync re-admits device DEV, which was failed (unreachable) and is back with
+	return c.healDevCmd("resync", "Bring a device that was unreachable and came back up to date", `resync re-admits device DEV, which was failed (unreachable) and is back with
 its data, and repairs exactly the keys whose writes it missed, as listed by
 the resync record the other devices kept ('kvarray status' shows it as
 degraded-behind with the number of keys). Until then the device never
 serves those keys' old values. Progress and report as for rebuild; an
 interrupted resync is finished by running it again. A device that lost its
 data needs replace and rebuild instead.`,
-		Args: args(1, 1, "DEV"),
+		func(a *array.Array, dev int, opts []array.HealOption) (array.RebuildReport, error) {
+			return a.Resync(c.ctx, dev, opts...)
+		})
+}
+
+// healDevCmd is a command that heals one device: rebuild or resync.
+func (c *cli) healDevCmd(name, short, long string, run func(a *array.Array, dev int, opts []array.HealOption) (array.RebuildReport, error)) *cobra.Command {
+	var (
+		workers int
+		asJSON  bool
+	)
+	cmd := &cobra.Command{
+		Use:   name + " DEV [--workers N] [--json]",
+		Short: short,
+		Long:  long,
+		Args:  args(1, 1, "DEV"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dev, err := parseDev(cmd, args[0])
 			if err != nil {
@@ -146,8 +133,8 @@ data needs replace and rebuild instead.`,
 			if workers < 1 {
 				return usageError{cmd, fmt.Errorf("--workers %d: want at least 1", workers)}
 			}
-			return c.heal("resync", dev, asJSON, func(a *array.Array, opts []array.HealOption) (array.RebuildReport, error) {
-				return a.Resync(c.ctx, dev, append(opts, array.WithWorkers(workers))...)
+			return c.heal(name, dev, asJSON, func(a *array.Array, opts []array.HealOption) (array.RebuildReport, error) {
+				return run(a, dev, append(opts, array.WithWorkers(workers)))
 			})
 		},
 	}
