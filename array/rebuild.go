@@ -161,7 +161,7 @@ func (a *Array) Resync(ctx context.Context, i int, opts ...HealOption) (RebuildR
 	keys := a.env.Missed(i)
 	work := make([]healItem, 0, len(keys))
 	for _, k := range keys {
-		work = append(work, healItem{internal: k})
+		work = append(work, healItem{internal: k, onlyFor: -1})
 	}
 	return a.heal(ctx, i, work, nil, opts)
 }
@@ -171,6 +171,9 @@ func (a *Array) Resync(ctx context.Context, i int, opts ...HealOption) (RebuildR
 type healItem struct {
 	user     []byte
 	internal []byte
+	// onlyFor, when ≥ 0 (Rebuild), lets a key whose pieces cannot be on
+	// that device be skipped after one read of its header.
+	onlyFor int
 }
 
 // Rebuild restores everything that belongs on device i, which must be
@@ -198,12 +201,12 @@ func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (Rebuild
 			skipped++
 			continue
 		}
-		work = append(work, healItem{user: k})
+		work = append(work, healItem{user: k, onlyFor: i})
 	}
 	// Keys it missed while it was failed, before it was replaced by
 	// itself (its header says rebuilding): after the scan, unordered.
 	for _, k := range a.env.Missed(i) {
-		work = append(work, healItem{internal: k})
+		work = append(work, healItem{internal: k, onlyFor: -1})
 	}
 	rep, err = a.heal(ctx, i, work, func(last []byte) { a.saveCheckpoint(ctx, i, last) }, opts)
 	rep.Skipped = skipped
@@ -389,6 +392,25 @@ func (a *Array) othersImpaired(dev int) bool {
 	return false
 }
 
+// mayHold reports whether device dev may hold a piece of key, from one
+// read of its header: the scan that lists a rebuild's keys goes as far as
+// the widest configured mechanism, but a value's own mechanism may be
+// narrower. Packing, huge values and anything unreadable say yes.
+func (a *Array) mayHold(ctx context.Context, key []byte, dev int) bool {
+	l, err := a.locate(ctx, a.key(key, 0))
+	if err != nil {
+		return true
+	}
+	if l.header().Splits != 1 {
+		return true
+	}
+	if _, ok := l.m.(rebuildKeyedMechanism); ok {
+		return true
+	}
+	off := (dev - a.primary(key, 0) + a.env.N()) % a.env.N()
+	return off < l.m.Width()
+}
+
 // healOne repairs one item under its key's lock.
 func (a *Array) healOne(ctx context.Context, it healItem) (int, int64, error) {
 	user := it.user
@@ -415,6 +437,9 @@ func (a *Array) healOne(ctx context.Context, it healItem) (int, int64, error) {
 	var n int
 	var size int64
 	_, err := a.run(ctx, user, "repair", func() ([]byte, error) {
+		if it.onlyFor >= 0 && !a.mayHold(ctx, user, it.onlyFor) {
+			return nil, nil
+		}
 		var err error
 		n, size, err = a.repairSized(ctx, user)
 		return nil, err

@@ -74,7 +74,7 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 			case kind == format.KindData:
 				if !seen[string(user)] {
 					seen[string(user)] = true
-					items = append(items, healItem{user: slices.Clone(user)})
+					items = append(items, healItem{user: slices.Clone(user), onlyFor: -1})
 				}
 			default:
 				if !seen["\x00"+string(k)] {
@@ -90,7 +90,7 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 	}
 	sort.Slice(items, func(i, j int) bool { return slices.Compare(items[i].user, items[j].user) < 0 })
 	for _, k := range own {
-		items = append(items, healItem{internal: k})
+		items = append(items, healItem{internal: k, onlyFor: -1})
 	}
 
 	per := map[string]*ScrubCounts{}
