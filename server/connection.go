@@ -309,10 +309,7 @@ func cmdConfig(c *call) {
 		help := []string{"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
 			"GET <pattern>", "    Return parameters matching the glob-like <pattern> and their values.",
 			"HELP", "    Print this help."}
-		c.rc.WriteArray(len(help))
-		for _, l := range help {
-			c.rc.WriteString(l)
-		}
+		c.lines(help)
 	default:
 		c.unknownSubcommand("config")
 	}
@@ -379,10 +376,7 @@ func cmdCommand(c *call) {
 			"INFO [<command-name> ...]", "    Return details about the given commands, or all of them.",
 			"DOCS [<command-name> ...]", "    Return documentation about the given commands, or all of them.",
 			"HELP", "    Print this help."}
-		c.rc.WriteArray(len(help))
-		for _, l := range help {
-			c.rc.WriteString(l)
-		}
+		c.lines(help)
 	default:
 		c.unknownSubcommand("command")
 	}
@@ -490,5 +484,13 @@ func writeArgs(c *call, args []arg) {
 			c.rc.WriteBulkString("arguments")
 			writeArgs(c, a.sub)
 		}
+	}
+}
+
+// lines replies with an array of simple strings (a HELP text).
+func (c *call) lines(ls []string) {
+	c.rc.WriteArray(len(ls))
+	for _, l := range ls {
+		c.rc.WriteString(l)
 	}
 }
