@@ -1,6 +1,7 @@
 package array
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -179,6 +180,11 @@ func (a *Array) Exist(ctx context.Context, key []byte) (bool, error) {
 		return false, err
 	}
 	defer a.end()
+	return a.exists(ctx, key)
+}
+
+// exists is Exist once the array is entered.
+func (a *Array) exists(ctx context.Context, key []byte) (bool, error) {
 	tk, err := a.locks.Lock(ctx, key)
 	if err != nil {
 		return false, err
@@ -505,8 +511,53 @@ func (a *Array) keys(ctx context.Context, prefix []byte) ([][]byte, error) {
 	for _, l := range lists {
 		all = append(all, l...)
 	}
+	more, err := a.unlistedKeys(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	all = append(all, more...)
 	slices.SortFunc(all, func(x, y []byte) int { return compareBytes(x, y) })
 	return slices.CompactFunc(all, func(x, y []byte) bool { return compareBytes(x, y) == 0 }), nil
+}
+
+// unlistedKeys returns the keys under prefix whose split 0 lives only on a
+// device that cannot list it (failed or being rebuilt) and that no other
+// device holds under its data key: Packing members, found through their
+// sets' parities. Each candidate is located as a read would locate it, so
+// the listing holds exactly the keys a read returns: a member a stale set
+// still lists after its key moved or was deleted is left out.
+func (a *Array) unlistedKeys(ctx context.Context, prefix []byte) ([][]byte, error) {
+	var out [][]byte
+	for i := 0; i < a.env.N(); i++ {
+		if a.env.State(i) == mechanism.Healthy {
+			continue
+		}
+		for _, m := range a.mechs {
+			rk, ok := m.(rebuildKeyedMechanism)
+			if !ok {
+				continue
+			}
+			cands, err := rk.RebuildKeys(ctx, i)
+			if err != nil {
+				return nil, fmt.Errorf("keys: members of device %d (%s): %w", i, a.env.Name(i), err)
+			}
+			for _, k := range cands {
+				if k.Split != 0 || k.Primary != i || !bytes.HasPrefix(k.User, prefix) {
+					continue
+				}
+				// A key that cannot be read now is left out, as a read
+				// would return no value for it.
+				ok, err := a.exists(ctx, k.User)
+				if cerr := ctx.Err(); cerr != nil {
+					return nil, cerr
+				}
+				if ok && err == nil {
+					out = append(out, k.User)
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 func compareBytes(x, y []byte) int {
