@@ -203,13 +203,23 @@ func (m *Mechanism) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 	}
 	// Move the member to a new set: join the new one first and leave the
 	// old one after, so that a failure leaves the old value protected.
+	// The old set is found first, while the primary still holds the old
+	// member (after the insert it holds the new one).
 	if err := m.CanRelease(k, prev); err != nil {
 		return err
 	}
+	f, old, ok, err := m.oldMember(ctx, k, prev)
+	if err != nil && !errors.Is(err, device.ErrNotFound) {
+		return fmt.Errorf("packing: move split %d of %q: find its old set: %w", k.Split, k.User, err)
+	}
+	inSet := err == nil
 	if err := m.insert(ctx, k, obj, value); err != nil {
 		return err
 	}
-	if err := m.detach(ctx, k, prev); err != nil && !errors.Is(err, device.ErrNotFound) {
+	if !inSet {
+		return nil
+	}
+	if err := m.detachFrom(ctx, k, f, old, ok); err != nil && !errors.Is(err, device.ErrNotFound) {
 		return fmt.Errorf("packing: move split %d of %q out of its old set: %w", k.Split, k.User, err)
 	}
 	return nil
@@ -333,6 +343,12 @@ func (m *Mechanism) writeSet(ctx context.Context, set []*entry) {
 		devs[i] = e.k.Primary
 	}
 	id := m.ids.Next()
+	// Held while the set is written, so that a repair never sees the
+	// parities listing a member whose piece has not landed yet (which
+	// would read as a member deleted since).
+	if tk, err := m.sets.Lock(ctx, setLockKey(id)); err == nil {
+		defer tk.Release()
+	}
 	g := geometry{set: id, k: m.k, r: m.r, shardSize: shardSize, parity: m.parityDevices(id, devs)}
 	shards := m.newShards(shardSize)
 	members := make([]member, len(live))
@@ -493,6 +509,10 @@ type setState struct {
 	version uint64       // that parity's version
 	shards  [][]byte
 	bad     []bool // per shard: the piece on the device must be rewritten
+	// superseded, per data shard: the member's key has moved on (its
+	// primary holds a newer piece of it, or none at all): the set must
+	// retire the member, never write its old bytes back.
+	superseded []bool
 }
 
 // loadSet reads the parities and the members of set g and reconstructs
@@ -527,6 +547,7 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member) (*
 	}
 	st.shards = make([][]byte, k+st.g.r)
 	st.bad = make([]bool, k+st.g.r)
+	st.superseded = make([]bool, k)
 	var why []error
 	for j := range pars {
 		if pars[j].ok && pars[j].Value.Version == st.version {
@@ -548,6 +569,7 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member) (*
 			st.shards[mb.slot] = pad(v.Payload, st.g.shardSize)
 		} else {
 			st.bad[mb.slot] = true
+			st.superseded[mb.slot] = m.supersedes(&ops[i], &mb)
 			why = append(why, fmt.Errorf("member %q on device %d (version %d listed): %v", mb.key, mb.dev, mb.version, ops[i].Err))
 		}
 	}
@@ -556,11 +578,32 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member) (*
 			st.shards[s] = make([]byte, st.g.shardSize) // a virtual zero member
 		}
 	}
-	lost := 0
-	for _, b := range st.bad {
+	lost, missing := 0, false // missing: a current member's bytes
+	for i, b := range st.bad {
 		if b {
 			lost++
+			missing = missing || (i < k && !st.superseded[i])
 		}
+	}
+	if !missing {
+		// Every current member is whole: nothing needs the old bytes of
+		// the superseded ones. Their slots become zeros and the parities
+		// are computed from the members (retire then drops them from the
+		// membership), however many pieces were bad.
+		for i, gone := range st.superseded {
+			if gone {
+				st.shards[i] = make([]byte, st.g.shardSize)
+			}
+		}
+		if lost > 0 {
+			for j := k; j < len(st.shards); j++ {
+				st.shards[j] = make([]byte, st.g.shardSize) // Encode fills them
+			}
+			if err := codec.Encode(st.shards); err != nil {
+				return nil, fmt.Errorf("packing set %x: %w", g.set, err)
+			}
+		}
+		return st, nil
 	}
 	if lost > st.g.r {
 		return nil, fmt.Errorf("packing set %x: %d of %d pieces bad, %d tolerated: %w", g.set, lost, k+st.g.r, st.g.r,
@@ -592,7 +635,7 @@ func (m *Mechanism) fromRoster(ctx context.Context, g geometry, roster []member)
 	}
 	m.env.Do(ctx, ops)
 	st := &setState{g: g, f: parityFields{geometry: g}, version: m.ids.Next(),
-		shards: m.newShards(g.shardSize), bad: make([]bool, g.k+g.r)}
+		shards: m.newShards(g.shardSize), bad: make([]bool, g.k+g.r), superseded: make([]bool, g.k)}
 	for i, mb := range roster {
 		if ops[i].Err != nil && !errors.Is(ops[i].Err, device.ErrNotFound) {
 			// It may still be a member: without parity, its loss is final.
@@ -638,6 +681,24 @@ func memberPiece(op *mechanism.Op, id uint64, mb *member) (format.Value, bool) {
 	return v, true
 }
 
+// supersedes reports whether op, the read of member mb's data key on its
+// primary, shows that the key has moved on since the set listed mb: the
+// primary holds a verified piece of a version at least mb's that is not
+// mb (another mechanism's, another set's), or, answering as a healthy
+// device, nothing (the key was deleted). A device that cannot answer, a
+// stale or corrupt piece, or an older one proves nothing: the member may
+// still be current.
+func (m *Mechanism) supersedes(op *mechanism.Op, mb *member) bool {
+	if errors.Is(op.Err, device.ErrNotFound) {
+		return m.env.State(op.Dev) == mechanism.Healthy
+	}
+	if op.Err != nil {
+		return false
+	}
+	v, err := format.Decode(op.Result)
+	return err == nil && v.Version >= mb.version
+}
+
 func pad(b []byte, n int) []byte {
 	if len(b) == n {
 		return b
@@ -681,7 +742,9 @@ func (m *Mechanism) oldMember(ctx context.Context, k mechanism.Key, prev *mechan
 		}
 	}
 	p := m.env.Read(ctx, k.Data(), []int{k.Primary})[0]
-	if p.OK() && p.Value.RM == format.RMPacking {
+	// Only the old version's piece tells the old set: the primary may
+	// already hold the new value's (another set's) piece.
+	if p.OK() && p.Value.RM == format.RMPacking && (prev == nil || p.Value.Version == prev.Header.Version) {
 		if pf, err := decodeMember(p.Value.Fields); err == nil {
 			if !found {
 				return pf, p.Value, true, nil
@@ -795,6 +858,12 @@ func (m *Mechanism) detach(ctx context.Context, k mechanism.Key, prev *mechanism
 	if err != nil {
 		return err
 	}
+	return m.detachFrom(ctx, k, f, old, ok)
+}
+
+// detachFrom is detach once the member's set f is known, with its old
+// bytes when ok.
+func (m *Mechanism) detachFrom(ctx context.Context, k mechanism.Key, f memberFields, old format.Value, ok bool) error {
 	if err := m.parityDevicesUp(f.geometry); err != nil {
 		return err
 	}
@@ -822,7 +891,7 @@ func (m *Mechanism) detach(ctx context.Context, k mechanism.Key, prev *mechanism
 			// Already not a member, but parities that still say it is
 			// (lost, stale, or rebuilt from the roster) must be rewritten
 			// or recorded stale, or they would bring it back.
-			_, err := m.rewriteBad(ctx, st)
+			_, err := m.rewriteBad(ctx, st, nil)
 			return err
 		}
 		st.shards[f.slot] = make([]byte, st.g.shardSize)
@@ -934,13 +1003,20 @@ func (m *Mechanism) recover(ctx context.Context, k mechanism.Key, have []mechani
 }
 
 // Repair implements mechanism.Mechanism: the member is reconstructed if
-// bad, and every bad piece of its set (other members, parities) rewritten.
+// bad, and the bad parities of its set rewritten. hint is the header of
+// the key's newest version, as the array located it: a listing of k in
+// the set at another version is superseded and retired, never written
+// back, and so is the set's listing of other members whose keys moved on.
 func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.Header) (int, error) {
+	want := k.Want
+	if want == 0 && hint != nil {
+		want = hint.Version
+	}
 	have := m.env.Read(ctx, k.Data(), []int{k.Primary})
 	var g geometry
 	var roster []member
 	var own *format.Value
-	if p := &have[0]; p.OK() && p.Value.RM == format.RMPacking {
+	if p := &have[0]; p.OK() && p.Value.RM == format.RMPacking && (want == 0 || p.Value.Version == want) {
 		if f, err := decodeMember(p.Value.Fields); err == nil {
 			g, roster, own = f.geometry, f.roster, &p.Value
 		}
@@ -977,24 +1053,48 @@ func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.He
 		return 1 + m.r, nil
 	}
 	defer tk.Release()
-	return m.rewriteBad(ctx, st)
+	isKey := func(mb *member) bool { return mb.split == k.Split && string(mb.key) == string(k.User) }
+	for _, mb := range st.f.members {
+		if isKey(&mb) && want != 0 && mb.version != want {
+			st.superseded[mb.slot] = true
+		}
+	}
+	return m.rewriteBad(ctx, st, func(mb *member) bool { return isKey(mb) && (want == 0 || mb.version == want) })
 }
 
-// rewriteBad writes the pieces of st that were bad and returns how many
-// it wrote. Those whose devices are failed are recorded as missed, so that
-// they are brought up to date when the devices come back rather than read
-// as they are.
-func (m *Mechanism) rewriteBad(ctx context.Context, st *setState) (int, error) {
+// rewriteBad retires the members of st that were superseded, then writes
+// the pieces that were bad and returns how many it wrote. Those whose
+// devices are failed are recorded as missed, so that they are brought up
+// to date when the devices come back rather than read as they are.
+//
+// Repair only moves forward: a member's piece is written only when own
+// says the caller holds that member's key and has checked that the listed
+// version is the key's newest (its own key's repair). A set's repair on
+// behalf of its parities writes parities only: a member it cannot see
+// whole is repaired by its key's own repair, which knows whether it is
+// still current.
+func (m *Mechanism) rewriteBad(ctx context.Context, st *setState, own func(*member) bool) (int, error) {
+	if err := m.retire(st); err != nil {
+		return 0, err
+	}
 	var ops []mechanism.Op
+	if len(st.f.members) == 0 {
+		// Every member moved on: the set is gone.
+		for _, d := range st.g.parity {
+			ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: setKey(st.g.set)}})
+		}
+	}
 	for _, mb := range st.f.members {
-		if st.bad[mb.slot] {
+		if st.bad[mb.slot] && own != nil && own(&mb) {
 			ops = append(ops, m.memberOp(st.g, rosterOf(st.f.members), &mb, st.shards[mb.slot][:mb.splitLen]))
 		}
 	}
-	pops := m.parityOps(&st.f, st.version, st.shards[st.g.k:])
-	for j := range pops {
-		if st.bad[st.g.k+j] {
-			ops = append(ops, pops[j])
+	if len(st.f.members) > 0 {
+		pops := m.parityOps(&st.f, st.version, st.shards[st.g.k:])
+		for j := range pops {
+			if st.bad[st.g.k+j] {
+				ops = append(ops, pops[j])
+			}
 		}
 	}
 	m.env.Do(ctx, ops)
@@ -1010,6 +1110,36 @@ func (m *Mechanism) rewriteBad(ctx context.Context, st *setState) (int, error) {
 	}
 	m.noteSet(&st.f, st.version)
 	return written, nil
+}
+
+// retire removes the superseded members from st: their slots become
+// virtual zeros, the parities are recomputed under a new version and
+// marked for rewriting. The old bytes were needed (and used) to
+// reconstruct the others; once the new parities land they are gone.
+func (m *Mechanism) retire(st *setState) error {
+	n := len(st.f.members)
+	st.f.members = slices.DeleteFunc(slices.Clone(st.f.members), func(mb member) bool { return st.superseded[mb.slot] })
+	if len(st.f.members) == n {
+		return nil
+	}
+	for s, gone := range st.superseded {
+		if gone {
+			clear(st.shards[s])
+			st.bad[s] = false
+		}
+	}
+	codec, err := erasure.Lookup(erasure.ReedSolomon, st.g.k, st.g.r)
+	if err != nil {
+		return err
+	}
+	if err := codec.Encode(st.shards); err != nil {
+		return fmt.Errorf("packing: retire members of set %x: %w", st.g.set, err)
+	}
+	st.version = m.ids.Next()
+	for j := 0; j < st.g.r; j++ {
+		st.bad[st.g.k+j] = true
+	}
+	return nil
 }
 
 // ---- the member → set index, for members whose own piece is lost ----
@@ -1248,6 +1378,6 @@ func (m *Mechanism) RepairKey(ctx context.Context, key []byte) (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	_, err = m.rewriteBad(ctx, st)
+	_, err = m.rewriteBad(ctx, st, nil)
 	return true, err
 }

@@ -1,0 +1,181 @@
+package array
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/mechanism"
+)
+
+// Repair only moves forward: these tests give the array pieces of older
+// versions that still look authoritative (a packing set listing a member
+// whose key moved on) and check that no repair, read or scrub ever brings
+// the older bytes back.
+
+// mechanismPieces copies every piece on the devices that is not a user
+// value's data piece (packing parities, for one): to put back later, as a
+// set whose update never landed would leave them.
+func (r *rig) mechanismPieces() []map[string][]byte {
+	out := make([]map[string][]byte, len(r.mems))
+	for i, m := range r.mems {
+		out[i] = map[string][]byte{}
+		_ = m.Iterate(context.Background(), nil, func(k []byte) error {
+			if _, _, kind, err := format.ParseKey(k); err == nil && kind != format.KindData && kind != format.KindArray {
+				out[i][string(k)] = nil
+			}
+			return nil
+		})
+		for k := range out[i] {
+			v, err := m.Retrieve(context.Background(), []byte(k))
+			if err != nil {
+				r.t.Fatalf("copy %q from device %d: %v", k, i, err)
+			}
+			out[i][k] = v
+		}
+	}
+	return out
+}
+
+func (r *rig) putBack(pieces []map[string][]byte) {
+	for i, m := range pieces {
+		for k, v := range m {
+			if err := r.mems[i].Store(context.Background(), []byte(k), v); err != nil {
+				r.t.Fatalf("put back %q on device %d: %v", k, i, err)
+			}
+		}
+	}
+}
+
+// TestScrubNeverRollsBackSupersededMembers: packed keys overwritten with
+// replication (and one deleted), whose old sets' parities come back as
+// they were before (the detach that should have updated them did not
+// land). Scrub with repair must retire the old members, not write them
+// over the newer values; afterwards any two devices may fail and every
+// key still reads its newest value (or stays deleted).
+func TestScrubNeverRollsBackSupersededMembers(t *testing.T) {
+	r := newRig(t, 6, everyMechanism(), WithDefault("packing"))
+	rng := newRand(t)
+	var keys []string
+	var vals [][]byte
+	for i := 0; i < 24; i++ {
+		keys = append(keys, fmt.Sprintf("k%02d", i))
+		vals = append(vals, randBytes(rng, 100+rng.IntN(3000)))
+	}
+	storeConcurrently(t, r.a, keys, vals)
+	old := r.mechanismPieces()
+	model := map[string][]byte{}
+	for i, k := range keys {
+		switch i % 3 {
+		case 0:
+			model[k] = []byte(fmt.Sprintf("newer value of %s", k))
+			r.mustStore(k, model[k], Using("replication"))
+		case 1:
+			if err := r.a.Delete(ctx, []byte(k)); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			model[k] = vals[i]
+		}
+	}
+	r.putBack(old)
+	check := func(what string) {
+		t.Helper()
+		for _, k := range keys {
+			got, err := r.a.Retrieve(ctx, []byte(k))
+			want, ok := model[k]
+			switch {
+			case !ok && (errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable)):
+				// Deleted: not found, or unknown while its primary is down
+				// (it may have been a hashing value), never bytes.
+			case !ok:
+				t.Fatalf("%s: deleted key %s: %d bytes, %v; want not found", what, k, len(got), err)
+			case err != nil || string(got) != string(want):
+				t.Fatalf("%s: %s: %d bytes (%.20q), %v; want %d bytes (%.20q)", what, k, len(got), got, err, len(want), want)
+			}
+		}
+	}
+	check("stale sets put back")
+	if _, err := r.a.Scrub(ctx, true); err != nil {
+		t.Fatalf("scrub: %v", err)
+	}
+	check("after scrub --repair")
+	if _, err := r.a.Scrub(ctx, true); err != nil {
+		t.Fatalf("second scrub: %v", err)
+	}
+	for _, devs := range combos(6, 2) {
+		for _, d := range devs {
+			r.mems[d].Fail()
+			r.a.SetDeviceState(d, mechanism.Failed)
+		}
+		check(fmt.Sprintf("after scrub, devices %v failed", devs))
+		for _, d := range devs {
+			r.mems[d].Recover()
+			r.a.SetDeviceState(d, mechanism.Healthy)
+		}
+	}
+}
+
+// TestHugePackingValueGrowsItsLastSplit (trust case 1): a huge packed value
+// whose last split grows moves that split to a new set; the move must
+// leave the old set, not the new one, so the value survives losing the
+// split's primary and a scrub.
+func TestHugePackingValueGrowsItsLastSplit(t *testing.T) {
+	r := newRigLimits(t, 6, device.Limits{MaxValueLen: 8 << 10}, everyMechanism(), WithDefault("packing"), WithParallelism(1))
+	capacity := 0
+	for _, m := range r.a.mechs {
+		if m.Name() == "packing" {
+			capacity = m.SplitCap()
+		}
+	}
+	rng := newRand(t)
+	v1 := randBytes(rng, capacity+10)
+	v2 := randBytes(rng, capacity+3000)
+	r.mustStore("huge", v1)
+	r.mustStore("huge", v2)
+	r.mustRead("huge", v2)
+	p1 := r.a.primary([]byte("huge"), 1)
+	for other := 0; other < 6; other++ {
+		if other == p1 {
+			continue
+		}
+		for _, d := range []int{p1, other} {
+			r.mems[d].Fail()
+			r.a.SetDeviceState(d, mechanism.Failed)
+		}
+		r.mustRead("huge", v2)
+		for _, d := range []int{p1, other} {
+			r.mems[d].Recover()
+			r.a.SetDeviceState(d, mechanism.Healthy)
+		}
+	}
+	if _, err := r.a.Scrub(ctx, true); err != nil {
+		t.Fatalf("scrub: %v", err)
+	}
+	r.mustRead("huge", v2)
+}
+
+// TestHugePackingValueMovesToReplication (trust case 2): overwriting a
+// packed huge value with replication, with no fault at all, succeeds and
+// leaves nothing behind that a scrub calls bad.
+func TestHugePackingValueMovesToReplication(t *testing.T) {
+	r := newRigLimits(t, 6, device.Limits{MaxValueLen: 8 << 10}, everyMechanism(), WithDefault("packing"))
+	rng := newRand(t)
+	v1 := randBytes(rng, 30<<10) // 4 splits
+	r.mustStore("huge", v1)
+	v2 := randBytes(rng, 30<<10)
+	r.mustStore("huge", v2, Using("replication"))
+	r.mustRead("huge", v2)
+	rep, err := r.a.Scrub(ctx, false)
+	if err != nil {
+		t.Fatalf("scrub: %v", err)
+	}
+	for _, c := range rep.Mechanisms {
+		if c.BadPieces != 0 || c.Unrecoverable != 0 {
+			t.Fatalf("scrub after the move finds %+v", rep.Mechanisms)
+		}
+	}
+}
