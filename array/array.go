@@ -266,7 +266,10 @@ func Create(ctx context.Context, devs []device.Device, opts ...Option) (*Array, 
 			return nil, fmt.Errorf("array: create: %w", errs[i])
 		}
 	}
-	a.hdr = header{id: newID(), n: len(devs)}
+	a.hdr = header{id: newID(), n: len(devs), epoch: 1, vec: make([]uint64, len(devs))}
+	for i := range a.hdr.vec {
+		a.hdr.vec[i] = 1
+	}
 	if err := writeHeaders(ctx, a.env, a.hdr, a.allDevs()); err != nil {
 		return nil, fmt.Errorf("array: create: %w", err)
 	}
@@ -298,6 +301,7 @@ func Open(ctx context.Context, devs []device.Device, opts ...Option) (*Array, er
 	if err := a.env.LoadRecords(ctx); err != nil {
 		return nil, fmt.Errorf("array: open: resync records: %w", err)
 	}
+	a.advanceEpoch(ctx)
 	a.startBackground()
 	return a, nil
 }
@@ -347,6 +351,8 @@ func (a *Array) Close() error {
 	close(a.stop)
 	a.bg.Wait()
 	a.wg.Wait()
+	// A copy of a device taken while the array ran is older than this.
+	a.advanceEpoch(context.Background())
 	var errs []error
 	for i, d := range a.devs {
 		if err := d.Close(); err != nil {

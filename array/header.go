@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/format"
@@ -21,13 +22,29 @@ import (
 //	16  2    device count N
 //	18  2    this device's position
 //	20  1    flags (flagMixed, flagRebuilding)
+//	21  8    epoch: the array's epoch when this header was written
+//	29  8·N  per device, the newest epoch this device knows that device's
+//	         own header to hold
 //
 // The position makes the circular device order part of the array's
 // identity: placement depends on it, so a shuffled order must be refused.
+//
+// Epochs catch a device put back from an older copy (a disk back from
+// the shelf, a directory restored from a backup): it would otherwise
+// serve the values it held then as current, since the array wrote them
+// successfully and no resync record says it missed anything. Every open
+// and every close advances the epoch and writes it, in two rounds, to the
+// devices that answer: first the new epoch, then, to the devices that
+// took it, the vector recording that they did. At open, a device whose
+// own epoch is older than what another device records for it is a stale
+// copy: it is failed with the reason, never resynced (Resync refuses it),
+// and must be replaced and rebuilt. A device that was merely down keeps
+// the epoch the others recorded for it and is resynced from the records
+// as before. Headers of 21 bytes (before epochs) read as epoch 0.
 var headerKey = format.Key([]byte("kvarray"), 0, format.KindArray)
 
 const (
-	headerPayloadLen = 21
+	headerPayloadLen = 21 // without epochs; with them, 29 + 8·N
 	// flagMixed: a store has used a per-call mechanism on a standalone
 	// array, so standalone stores must read before writing from then on
 	// (another mechanism's pieces may need cleaning up).
@@ -47,14 +64,26 @@ type header struct {
 	n     int
 	pos   int
 	flags byte
+	epoch uint64
+	vec   []uint64 // len n, or nil in a header from before epochs
 }
 
+// ErrStaleCopy: a device holds an older copy of its contents than the
+// array last wrote to it.
+var ErrStaleCopy = errors.New("restored from an older copy")
+
 func (h header) encode() []byte {
-	p := make([]byte, headerPayloadLen)
+	p := make([]byte, headerPayloadLen, headerPayloadLen+8+8*len(h.vec))
 	copy(p, h.id[:])
 	binary.LittleEndian.PutUint16(p[16:], uint16(h.n))
 	binary.LittleEndian.PutUint16(p[18:], uint16(h.pos))
 	p[20] = h.flags
+	if h.vec != nil {
+		p = binary.LittleEndian.AppendUint64(p, h.epoch)
+		for _, e := range h.vec {
+			p = binary.LittleEndian.AppendUint64(p, e)
+		}
+	}
 	fh := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(p)), ObjectLen: uint64(len(p))}
 	return format.Encode(&fh, p)
 }
@@ -64,7 +93,7 @@ func decodeHeader(b []byte) (header, error) {
 	if err != nil {
 		return header{}, err
 	}
-	if v.RM != format.RMNone || len(v.Payload) != headerPayloadLen {
+	if v.RM != format.RMNone || len(v.Payload) < headerPayloadLen {
 		return header{}, fmt.Errorf("%w: array header of %d bytes", format.ErrCorrupt, len(v.Payload))
 	}
 	var h header
@@ -72,6 +101,16 @@ func decodeHeader(b []byte) (header, error) {
 	h.n = int(binary.LittleEndian.Uint16(v.Payload[16:]))
 	h.pos = int(binary.LittleEndian.Uint16(v.Payload[18:]))
 	h.flags = v.Payload[20]
+	if rest := v.Payload[headerPayloadLen:]; len(rest) > 0 {
+		if len(rest) != 8+8*h.n {
+			return header{}, fmt.Errorf("%w: array header of %d bytes for %d devices", format.ErrCorrupt, len(v.Payload), h.n)
+		}
+		h.epoch = binary.LittleEndian.Uint64(rest)
+		h.vec = make([]uint64, h.n)
+		for j := range h.vec {
+			h.vec[j] = binary.LittleEndian.Uint64(rest[8+8*j:])
+		}
+	}
 	return h, nil
 }
 
@@ -134,10 +173,26 @@ func verifyHeaders(ctx context.Context, env *mechanism.Env) (header, []error, er
 	if tie {
 		return header{}, nil, fmt.Errorf("devices hold headers of %d different arrays in equal numbers: cannot tell which array this is", len(votes))
 	}
-	arr := header{id: id, n: env.N()}
+	arr := header{id: id, n: env.N(), vec: make([]uint64, env.N())}
+	for i := range hs {
+		if errs[i] == nil && hs[i].id == id && hs[i].n == env.N() {
+			arr.epoch = max(arr.epoch, hs[i].epoch)
+			for j, e := range hs[i].vec {
+				arr.vec[j] = max(arr.vec[j], e)
+			}
+		}
+	}
+	for i := range hs {
+		if errs[i] == nil && hs[i].id == id && hs[i].epoch < arr.vec[i] {
+			errs[i] = fmt.Errorf("device %d (%s) is %w: its header is of epoch %d, the array last wrote epoch %d to it, so it may hold old values; "+
+				"replace and rebuild it (kvarray replace %d --force, then kvarray rebuild %d): %w",
+				i, env.Name(i), ErrStaleCopy, hs[i].epoch, arr.vec[i], i, i, device.ErrDeviceFailed)
+		}
+	}
 	var bad []error
 	for i := range hs {
 		switch {
+		case errors.Is(errs[i], ErrStaleCopy):
 		case errs[i] != nil:
 			cause := errs[i]
 			var de *mechanism.DeviceError
@@ -166,6 +221,36 @@ func verifyHeaders(ctx context.Context, env *mechanism.Env) (header, []error, er
 		return header{}, nil, errors.Join(bad...)
 	}
 	return arr, errs, nil
+}
+
+// advanceEpoch moves the array to a new epoch, written to every device
+// not failed (see the layout above). Devices that miss it are failed by
+// the write, and keep the older epoch the others record for them.
+func (a *Array) advanceEpoch(ctx context.Context) {
+	a.hdrMu.Lock()
+	defer a.hdrMu.Unlock()
+	h := a.hdr
+	h.epoch++
+	h.vec = slices.Clone(h.vec)
+	if h.vec == nil {
+		h.vec = make([]uint64, a.env.N())
+	}
+	var up []int
+	for i := range a.devs {
+		if a.env.State(i) != mechanism.Failed {
+			up = append(up, i)
+		}
+	}
+	_ = writeHeaders(ctx, a.env, h, up)
+	var took []int
+	for _, i := range up {
+		if a.env.State(i) != mechanism.Failed {
+			took = append(took, i)
+			h.vec[i] = h.epoch
+		}
+	}
+	_ = writeHeaders(ctx, a.env, h, took)
+	a.hdr = h
 }
 
 // writeHeaders writes the array header to the given devices.

@@ -154,6 +154,16 @@ func (a *Array) Resync(ctx context.Context, i int, opts ...HealOption) (RebuildR
 		a.env.SetState(i, mechanism.Rebuilding)
 		return rep, fmt.Errorf("resync device %d (%s): it was being rebuilt: run rebuild", i, rep.Name)
 	}
+	a.hdrMu.Lock()
+	known := uint64(0)
+	if a.hdr.vec != nil {
+		known = a.hdr.vec[i]
+	}
+	a.hdrMu.Unlock()
+	if h.epoch < known {
+		return rep, fmt.Errorf("resync device %d (%s): it is %w (epoch %d, the array last wrote epoch %d to it): replace and rebuild it",
+			i, rep.Name, ErrStaleCopy, h.epoch, known)
+	}
 	a.env.SetState(i, mechanism.Healthy)
 	if a.reasons != nil {
 		a.reasons[i] = nil
