@@ -449,7 +449,10 @@ func (a *Array) startBackground() {
 	}()
 }
 
-// resyncReturned resyncs every failed device that answers again.
+// resyncReturned resyncs every failed device that answers again, and
+// finishes the resync of devices that still have keys to catch up on
+// (degraded-behind: a resync that could not repair every key, or records
+// found at open).
 func (a *Array) resyncReturned() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -461,7 +464,8 @@ func (a *Array) resyncReturned() {
 		}
 	}()
 	for i := 0; i < a.env.N(); i++ {
-		if a.env.State(i) != mechanism.Failed {
+		behind := a.env.State(i) == mechanism.Healthy && a.env.MissedCount(i) > 0
+		if a.env.State(i) != mechanism.Failed && !behind {
 			continue
 		}
 		if _, err := a.devs[i].Info(ctx); err != nil {

@@ -179,3 +179,80 @@ func TestHugePackingValueMovesToReplication(t *testing.T) {
 		}
 	}
 }
+
+// TestPackingWritesWithinTolerance: with any two devices down (packing's
+// r), every overwrite and delete of packed keys succeeds, with the new
+// value packed again, replicated or deleted, and after the devices come
+// back and are resynced, a scrub leaves every key at its last value; then
+// any two devices may fail and every key still reads.
+func TestPackingWritesWithinTolerance(t *testing.T) {
+	for _, down := range combos(6, 2) {
+		if len(down) != 2 {
+			continue
+		}
+		t.Run(fmt.Sprint(down), func(t *testing.T) {
+			r := newRig(t, 6, everyMechanism(), WithDefault("packing"))
+			rng := newRand(t)
+			var keys []string
+			var vals [][]byte
+			for i := 0; i < 24; i++ {
+				keys = append(keys, fmt.Sprintf("k%02d", i))
+				vals = append(vals, randBytes(rng, 100+rng.IntN(2000)))
+			}
+			storeConcurrently(t, r.a, keys, vals)
+			model := map[string][]byte{}
+			for i, k := range keys {
+				model[k] = vals[i]
+			}
+			for _, d := range down {
+				r.mems[d].Fail()
+				r.a.SetDeviceState(d, mechanism.Failed)
+			}
+			for i, k := range keys {
+				var err error
+				switch i % 4 {
+				case 0: // larger: moves to a new set
+					model[k] = randBytes(rng, 2500+rng.IntN(1000))
+					err = r.a.Store(ctx, []byte(k), model[k])
+				case 1:
+					model[k] = randBytes(rng, 100)
+					err = r.a.Store(ctx, []byte(k), model[k], Using("replication"))
+				case 2:
+					delete(model, k)
+					err = r.a.Delete(ctx, []byte(k))
+				}
+				if err != nil {
+					t.Fatalf("devices %v down: write %s: %v", down, k, err)
+				}
+			}
+			for _, d := range down {
+				r.mems[d].Recover()
+			}
+			r.repairAll(nil)
+			if rep, err := r.a.Scrub(ctx, true); err != nil || len(rep.Errors) > 0 {
+				t.Fatalf("scrub: %v %v", err, rep.Errors)
+			}
+			for _, fail := range combos(6, 2) {
+				for _, d := range fail {
+					r.mems[d].Fail()
+					r.a.SetDeviceState(d, mechanism.Failed)
+				}
+				for _, k := range keys {
+					got, err := r.a.Retrieve(ctx, []byte(k))
+					want, ok := model[k]
+					switch {
+					case !ok && (errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable)):
+					case !ok:
+						t.Fatalf("devices %v failed: deleted %s reads %d bytes, %v", fail, k, len(got), err)
+					case err != nil || string(got) != string(want):
+						t.Fatalf("devices %v failed: %s: %d bytes, %v; want %d bytes", fail, k, len(got), err, len(want))
+					}
+				}
+				for _, d := range fail {
+					r.mems[d].Recover()
+					r.a.SetDeviceState(d, mechanism.Healthy)
+				}
+			}
+		})
+	}
+}

@@ -3,6 +3,9 @@ package array
 import (
 	"bytes"
 	"context"
+	"errors"
+	"maps"
+	"slices"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -76,22 +79,29 @@ func (r *rig) replace(i int) {
 }
 
 // heal brings every device that answers back: Rebuild for replaced
-// devices, Resync for devices that were failed. It returns the outcome
-// per device it worked on.
+// devices, Resync for devices that were failed or are still behind, in
+// rounds as automatic resync does (a key of one device may need another
+// device back first). It returns the outcome per device it worked on.
 func (r *rig) heal() map[int]error {
-	out := map[int]error{}
-	for i := range r.mems {
-		if r.mems[i].Failed() {
-			continue
-		}
-		switch r.a.DeviceState(i) {
-		case mechanism.Rebuilding:
-			_, out[i] = r.a.Rebuild(context.Background(), i)
-		case mechanism.Failed:
-			_, out[i] = r.a.Resync(context.Background(), i)
-			if out[i] == nil && r.a.DeviceState(i) == mechanism.Rebuilding {
-				_, out[i] = r.a.Rebuild(context.Background(), i)
+	var out map[int]error
+	for round := 0; round < 3; round++ {
+		out = map[int]error{}
+		for i := range r.mems {
+			if r.mems[i].Failed() {
+				continue
 			}
+			switch st := r.a.DeviceState(i); {
+			case st == mechanism.Rebuilding:
+				_, out[i] = r.a.Rebuild(context.Background(), i)
+			case st == mechanism.Failed, r.a.env.MissedCount(i) > 0:
+				_, out[i] = r.a.Resync(context.Background(), i)
+				if out[i] == nil && r.a.DeviceState(i) == mechanism.Rebuilding {
+					_, out[i] = r.a.Rebuild(context.Background(), i)
+				}
+			}
+		}
+		if errors.Join(slices.Collect(maps.Values(out))...) == nil {
+			break
 		}
 	}
 	return out

@@ -55,13 +55,6 @@ type locator interface {
 	Locate(ctx context.Context, k mechanism.Key) (format.Header, bool, error)
 }
 
-// releaseChecker is implemented by mechanisms that can tell before
-// anything is written that releasing a split would fail (Packing, whose
-// set membership must change when another mechanism takes over a key).
-type releaseChecker interface {
-	CanRelease(k mechanism.Key, prev *mechanism.Prev) error
-}
-
 // needsPrevious is implemented by mechanisms that must be handed the
 // previous value of a split they overwrite (Packing), so the array reads
 // before writing for them even in standalone mode.
@@ -260,16 +253,7 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 	}
 	// The new value is written first and what the old one leaves beyond it
 	// is released after: a store that fails midway then leaves the old
-	// value with all its redundancy, rather than neither value whole. A
-	// release that can be known to fail fails the store up front instead,
-	// before anything is written.
-	if rc, ok := prev.mechanism().(releaseChecker); ok && prev.m != m {
-		for s := 0; s < prevSplits; s++ {
-			if err := rc.CanRelease(a.key(key, s), prevFor(s)); err != nil {
-				return err
-			}
-		}
-	}
+	// value with all its redundancy, rather than neither value whole.
 	release := func() error {
 		err := a.forSplits(ctx, prevSplits, func(s int) error {
 			keep := 0
@@ -303,7 +287,7 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 		// a value that is gone and a later loss would bring it back: so
 		// release them anyway once the primary no longer holds the old
 		// value.
-		if _, ok := prev.m.(releaseChecker); ok {
+		if _, ok := prev.m.(needsPrevious); ok {
 			p := a.env.Read(ctx, a.key(key, 0).Data(), []int{a.primary(key, 0)})[0]
 			if p.OK() && p.Value.Version != ph.Version {
 				_ = release()

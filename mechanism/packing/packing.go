@@ -147,33 +147,15 @@ func (m *Mechanism) SplitCap() int {
 // replacing a member without patching its set would corrupt the set.
 func (m *Mechanism) NeedsPrevious() bool { return true }
 
-// CanRelease reports, before anything is written, whether the set of the
-// member being replaced can be updated now: the array checks it before
-// overwriting the member's data key with another mechanism's value, since
-// a set left listing a member whose piece holds another value would
-// rebuild the old value if that piece were lost.
-func (m *Mechanism) CanRelease(k mechanism.Key, prev *mechanism.Prev) error {
-	if k.Split != 0 || prev == nil || prev.Header.RM != format.RMPacking {
-		return nil // checked by Release itself, which then writes nothing
-	}
-	f, err := decodeMember(prev.Header.Fields)
-	if err != nil {
-		return nil
-	}
-	return m.parityDevicesUp(f.geometry)
-}
-
-// parityDevicesUp returns an error when every parity device of g is
-// failed: the set's membership could then not change. (With some up, the
-// others miss the change and are recorded for resync.)
-func (m *Mechanism) parityDevicesUp(g geometry) error {
+// parityDevicesDown reports whether every parity device of g is failed:
+// the set's membership cannot change until one is back.
+func (m *Mechanism) parityDevicesDown(g geometry) bool {
 	for _, d := range g.parity {
 		if m.env.State(d) != mechanism.Failed {
-			return nil
+			return false
 		}
 	}
-	return fmt.Errorf("packing: every parity device of set %x (%v) is failed: its membership cannot change until one is back: %w",
-		g.set, g.parity, device.ErrDeviceFailed)
+	return true
 }
 
 func memberKey(key []byte, split int) string {
@@ -205,9 +187,6 @@ func (m *Mechanism) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 	// old one after, so that a failure leaves the old value protected.
 	// The old set is found first, while the primary still holds the old
 	// member (after the insert it holds the new one).
-	if err := m.CanRelease(k, prev); err != nil {
-		return err
-	}
 	f, old, ok, err := m.oldMember(ctx, k, prev)
 	if err != nil && !errors.Is(err, device.ErrNotFound) {
 		return fmt.Errorf("packing: move split %d of %q: find its old set: %w", k.Split, k.User, err)
@@ -863,9 +842,18 @@ func (m *Mechanism) detach(ctx context.Context, k mechanism.Key, prev *mechanism
 
 // detachFrom is detach once the member's set f is known, with its old
 // bytes when ok.
+//
+// When every parity device of the set is failed the set is left as it is,
+// not waited on, so that writes within tolerance succeed: its parities are
+// recorded stale on their devices, so that they are never read as current
+// and resyncing those devices rebuilds the set from the members that still
+// claim it (the member's primary now holds something else, or nothing).
 func (m *Mechanism) detachFrom(ctx context.Context, k mechanism.Key, f memberFields, old format.Value, ok bool) error {
-	if err := m.parityDevicesUp(f.geometry); err != nil {
-		return err
+	if m.parityDevicesDown(f.geometry) {
+		for _, d := range f.parity {
+			m.env.MarkStale(ctx, d, setKey(f.set))
+		}
+		return nil
 	}
 	tk, err := m.sets.Lock(ctx, setLockKey(f.set))
 	if err != nil {
@@ -1343,17 +1331,44 @@ func (m *Mechanism) RepairKey(ctx context.Context, key []byte) (bool, error) {
 		return false, nil
 	}
 	id := binary.BigEndian.Uint64(u[len(setKeyPrefix):])
-	// Find the set's geometry from any of its parities that reads well.
+	// Locked before anything is read: a set being written (writeSet holds
+	// the lock) must not look deleted because its parities have not all
+	// landed.
+	tk, err := m.sets.Lock(ctx, setLockKey(id))
+	if err != nil {
+		return true, err
+	}
+	defer tk.Release()
+	// Find the set's geometry from any of its parities that reads well;
+	// failing that, from a parity recorded stale, whose membership is
+	// then only a list of candidates (loadSet keeps those whose pieces
+	// still claim the set).
 	var g *geometry
-	for d := 0; d < m.env.N() && g == nil; d++ {
-		ops := []mechanism.Op{{Dev: d, Op: device.Op{Kind: device.OpRetrieve, Key: key}}}
-		m.env.Do(ctx, ops)
-		if ops[0].Err != nil {
-			continue
-		}
-		if v, err := format.Decode(ops[0].Result); err == nil {
-			if f, err := decodeParity(v.Fields); err == nil && f.set == id {
-				g = &f.geometry
+	var roster []member
+	deleted := false // a device's record says the set's last change was its deletion
+	for d := 0; d < m.env.N(); d++ {
+		deleted = deleted || m.env.MissedDelete(d, key)
+	}
+	for pass := 0; pass < 2 && g == nil && !(pass == 1 && deleted); pass++ {
+		for d := 0; d < m.env.N() && g == nil; d++ {
+			var b []byte
+			if pass == 0 {
+				ops := []mechanism.Op{{Dev: d, Op: device.Op{Kind: device.OpRetrieve, Key: key}}}
+				m.env.Do(ctx, ops)
+				b, err = ops[0].Result, ops[0].Err
+			} else if m.env.State(d) != mechanism.Failed {
+				b, err = m.env.Device(d).Retrieve(ctx, key)
+			}
+			if err != nil || b == nil {
+				continue
+			}
+			if v, err := format.Decode(b); err == nil {
+				if f, err := decodeParity(v.Fields); err == nil && f.set == id {
+					g = &f.geometry
+					if pass == 1 {
+						roster = f.members
+					}
+				}
 			}
 		}
 	}
@@ -1369,12 +1384,7 @@ func (m *Mechanism) RepairKey(ctx context.Context, key []byte) (bool, error) {
 		m.env.Do(ctx, ops)
 		return true, mechanism.Quorum(ops, 0)
 	}
-	tk, err := m.sets.Lock(ctx, setLockKey(id))
-	if err != nil {
-		return true, err
-	}
-	defer tk.Release()
-	st, err := m.loadSet(ctx, *g, nil)
+	st, err := m.loadSet(ctx, *g, roster)
 	if err != nil {
 		return true, err
 	}
