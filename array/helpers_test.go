@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"maps"
-	"slices"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 
