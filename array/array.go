@@ -147,6 +147,7 @@ type Array struct {
 	hdr      header
 	hdrMu    sync.Mutex
 	mixed    bool // guarded by hdrMu; see flagMixed
+	banked   bool // see flagBanked; fixed at open
 	o        options
 	mechs    []mechanism.Mechanism
 	byRM     map[format.RM]mechanism.Mechanism
@@ -266,7 +267,8 @@ func Create(ctx context.Context, devs []device.Device, opts ...Option) (*Array, 
 			return nil, fmt.Errorf("array: create: %w", errs[i])
 		}
 	}
-	a.hdr = header{id: newID(), n: len(devs), epoch: 1, vec: make([]uint64, len(devs))}
+	a.hdr = header{id: newID(), n: len(devs), flags: flagBanked, epoch: 1, vec: make([]uint64, len(devs))}
+	a.banked = true
 	for i := range a.hdr.vec {
 		a.hdr.vec[i] = 1
 	}
@@ -293,6 +295,7 @@ func Open(ctx context.Context, devs []device.Device, opts ...Option) (*Array, er
 	}
 	a.hdr, a.reasons = h, reasons
 	a.mixed = h.flags&flagMixed != 0
+	a.banked = h.flags&flagBanked != 0
 	for i, r := range reasons {
 		if r != nil {
 			a.env.SetState(i, mechanism.Failed)
@@ -385,6 +388,47 @@ func (a *Array) primary(key []byte, s int) int {
 
 func (a *Array) key(user []byte, s int) mechanism.Key {
 	return mechanism.Key{User: user, Split: s, Primary: a.primary(user, s)}
+}
+
+// bankBit marks the split numbers of a huge value's second bank.
+//
+// A huge value is written out of place: its splits 1.. go to the bank
+// that its version's low bit selects, split 0 (always in bank 0, where one
+// read of the primary finds it) last, and a store of a huge value over a
+// huge value picks a version of the other bank. The old splits are
+// released only after the new split 0 is in place, so a crash or a failed
+// store at any point leaves the old value or the new one, whole, never a
+// mix of both: split 0 says which (its version names the bank, and every
+// other split must carry that version). Pieces left in the other bank are
+// orphans that repair sweeps. A split's placement is that of its number
+// without the bank bit.
+const bankBit = 1 << 15
+
+// splitKey is key for split s of the value of the given version: in the
+// version's bank on a banked array.
+func (a *Array) splitKey(user []byte, s int, version uint64) mechanism.Key {
+	k := a.key(user, s)
+	if s > 0 && a.banked && version&1 == 1 {
+		k.Split |= bankBit
+	}
+	return k
+}
+
+// logical returns the split number of a parsed internal key without its
+// bank bit: what placement is computed from.
+func (a *Array) logical(split int) int {
+	if a.banked {
+		return split &^ bankBit
+	}
+	return split
+}
+
+// maxSplits is the largest number of splits one value may have.
+func (a *Array) maxSplits() int {
+	if a.banked {
+		return bankBit
+	}
+	return format.MaxSplits
 }
 
 // checkKey validates a user key against the devices' limits.

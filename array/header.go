@@ -21,7 +21,7 @@ import (
 //	0   16   array id (random at creation)
 //	16  2    device count N
 //	18  2    this device's position
-//	20  1    flags (flagMixed, flagRebuilding)
+//	20  1    flags (flagMixed, flagRebuilding, flagBanked)
 //	21  8    epoch: the array's epoch when this header was written
 //	29  8·N  per device, the newest epoch this device knows that device's
 //	         own header to hold
@@ -52,6 +52,10 @@ const (
 	// flagRebuilding: this device was swapped in and is not yet rebuilt
 	// (a per-device flag: a not-found from it proves nothing).
 	flagRebuilding = 1 << 1
+	// flagBanked: splits 1.. of a huge value are written out of place, in
+	// the bank its version selects (see Array.splitKey). Arrays created
+	// before banks keep writing huge values in place.
+	flagBanked = 1 << 2
 )
 
 // ID identifies an array.

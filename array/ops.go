@@ -210,8 +210,8 @@ func (a *Array) prepareStore(key, value []byte, c call) (mechanism.Mechanism, er
 	if err != nil {
 		return nil, err
 	}
-	if n := splitsFor(m, len(value)); n > format.MaxSplits {
-		return nil, fmt.Errorf("value of %d bytes needs %d splits with %s, at most %d: %w", len(value), n, m.Name(), format.MaxSplits, ErrValueTooLarge)
+	if n := splitsFor(m, len(value)); n > a.maxSplits() {
+		return nil, fmt.Errorf("value of %d bytes needs %d splits with %s, at most %d: %w", len(value), n, m.Name(), a.maxSplits(), ErrValueTooLarge)
 	}
 	return m, nil
 }
@@ -254,16 +254,19 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 	// The new value is written first and what the old one leaves beyond it
 	// is released after: a store that fails midway then leaves the old
 	// value with all its redundancy, rather than neither value whole.
+	// inPlace: the new value's split s is stored under the same key as
+	// the old one's (always split 0; every split when not banked).
+	inPlace := func(s int) bool { return s < n && s < prevSplits && (s == 0 || !a.banked) }
 	release := func() error {
 		err := a.forSplits(ctx, prevSplits, func(s int) error {
 			keep := 0
-			if s < n {
+			if inPlace(s) {
 				if prev.m == m {
 					return nil // m.Store updates it in place
 				}
 				keep = m.Width()
 			}
-			return prev.m.Release(ctx, a.key(key, s), prevFor(s), keep)
+			return prev.m.Release(ctx, a.splitKey(key, s, ph.Version), prevFor(s), keep)
 		})
 		if err != nil {
 			return fmt.Errorf("release previous value: %w", err)
@@ -271,15 +274,27 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 		return nil
 	}
 	obj := mechanism.Object{Splits: uint32(n), ObjectLen: uint64(len(value)), Version: a.clock.Next()}
+	for a.banked && n > 1 && prevSplits > 1 && obj.Version&1 == ph.Version&1 {
+		obj.Version = a.clock.Next() // the other bank
+	}
 	sc := m.SplitCap()
-	err := a.forSplits(ctx, n, func(s int) error {
+	storeSplit := func(s int) error {
 		lo, hi := s*sc, min((s+1)*sc, len(value))
 		var pv *mechanism.Prev
-		if prev != nil && prev.m == m && s < prevSplits {
+		if prev != nil && prev.m == m && inPlace(s) {
 			pv = prevFor(s)
 		}
-		return m.Store(ctx, a.key(key, s), obj, value[lo:hi], pv)
-	})
+		return m.Store(ctx, a.splitKey(key, s, obj.Version), obj, value[lo:hi], pv)
+	}
+	var err error
+	if a.banked && n > 1 {
+		// Split 0 last: it is what makes the new value the current one.
+		if err = a.forSplits(ctx, n-1, func(i int) error { return storeSplit(i + 1) }); err == nil {
+			err = storeSplit(0)
+		}
+	} else {
+		err = a.forSplits(ctx, n, storeSplit)
+	}
 	if err != nil && prev != nil && prev.m != m {
 		// A failed store may still have overwritten some of the old
 		// value's pieces. Where those carry more than the value itself
@@ -393,7 +408,7 @@ func (a *Array) retrieve(ctx context.Context, key []byte) ([]byte, error) {
 	copy(out, v0)
 	err = a.forSplits(ctx, n-1, func(i int) error {
 		s := i + 1
-		k := a.key(key, s)
+		k := a.splitKey(key, s, h0.Version)
 		k.Want = h0.Version
 		l, err := a.locate(ctx, k)
 		if err != nil {
@@ -433,7 +448,7 @@ func (a *Array) remove(ctx context.Context, key []byte) error {
 		if s == 0 {
 			p.Payload = l.payload
 		}
-		return l.m.Release(ctx, a.key(key, s), p, 0)
+		return l.m.Release(ctx, a.splitKey(key, s, h.Version), p, 0)
 	}); err != nil {
 		return err
 	}
@@ -441,17 +456,39 @@ func (a *Array) remove(ctx context.Context, key []byte) error {
 		// A standalone store does not read before writing, so a value
 		// that once had more splits may have left some behind: remove
 		// them too. In hybrid mode every store cleans up as it goes.
-		for s := int(h.Splits); s < format.MaxSplits; s++ {
-			l, err := a.locate(ctx, a.key(key, s))
-			if err != nil {
-				break
-			}
-			if err := l.m.Release(ctx, a.key(key, s), &mechanism.Prev{Header: *l.header()}, 0); err != nil {
-				return err
+		for _, b := range a.leftoverBanks(int(h.Splits), h.Version) {
+			for s := b.from; s < a.maxSplits(); s++ {
+				k := a.splitKey(key, s, b.version)
+				l, err := a.locate(ctx, k)
+				if err != nil {
+					break
+				}
+				if err := l.m.Release(ctx, k, &mechanism.Prev{Header: *l.header()}, 0); err != nil {
+					return err
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// bankFrom is where leftover splits of a key may start in one bank: from
+// split from, in the bank of version.
+type bankFrom struct {
+	from    int
+	version uint64
+}
+
+// leftoverBanks returns where splits that no longer belong to a key's
+// value of the given splits and version may be: past its end in its own
+// bank, and from split 1 in the other bank (a huge value that an
+// interrupted store began to write, or that a store replaced).
+func (a *Array) leftoverBanks(splits int, version uint64) []bankFrom {
+	out := []bankFrom{{from: splits, version: version}}
+	if a.banked {
+		out = append(out, bankFrom{from: 1, version: version ^ 1})
+	}
+	return out
 }
 
 // Keys returns the user keys that start with prefix, in ascending order,
@@ -590,7 +627,7 @@ func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error)
 		size = int64(h.ObjectLen)
 		counts = make([]int, splits)
 		err = a.forSplits(ctx, splits, func(s int) error {
-			k := a.key(key, s)
+			k := a.splitKey(key, s, h.Version)
 			if s > 0 {
 				k.Want = h.Version
 			}
@@ -612,15 +649,22 @@ func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error)
 		}
 	}
 	// Splits past the end (all of them when the key does not exist) are
-	// orphans of an earlier, larger value or of a failed delete.
-	for s := splits; s < format.MaxSplits; s++ {
-		n, err := a.sweep(ctx, a.key(key, s), 0)
-		total += n
-		if err != nil {
-			return total, size, err
-		}
-		if n == 0 {
-			break
+	// orphans of an earlier, larger value, of a failed delete, or of an
+	// interrupted store of a huge value (in the other bank).
+	var version uint64
+	if l != nil {
+		version = l.header().Version
+	}
+	for _, b := range a.leftoverBanks(splits, version) {
+		for s := b.from; s < a.maxSplits(); s++ {
+			n, err := a.sweep(ctx, a.splitKey(key, s, b.version), 0)
+			total += n
+			if err != nil {
+				return total, size, err
+			}
+			if n == 0 {
+				break
+			}
 		}
 	}
 	if l == nil {

@@ -248,7 +248,7 @@ func (a *Array) rebuildKeys(ctx context.Context, i int) ([][]byte, error) {
 				if err != nil || kind != format.KindData {
 					return nil
 				}
-				if off := (i - a.primary(user, split) + n) % n; off < w {
+				if off := (i - a.primary(user, a.logical(split)) + n) % n; off < w {
 					local = append(local, slices.Clone(user))
 				}
 				return nil
