@@ -256,3 +256,60 @@ func TestPackingWritesWithinTolerance(t *testing.T) {
 		})
 	}
 }
+
+// TestOlderCopyNeverBeatsNewerMember (trust case 6): replication copies
+// that an interrupted change to packing left on the neighbours are older
+// than the packed member; with the primary down, the read returns the
+// member, reconstructed from its set, not the copy.
+func TestOlderCopyNeverBeatsNewerMember(t *testing.T) {
+	r := newRig(t, 6, everyMechanism(), WithDefault("packing"))
+	rng := newRand(t)
+	v1, v2 := randBytes(rng, 1000), randBytes(rng, 1000)
+	r.mustStore("k", v1, Using("replication"))
+	p := r.a.primary([]byte("k"), 0)
+	copies := map[int][]byte{}
+	for _, d := range []int{(p + 1) % 6, (p + 2) % 6} {
+		b, err := r.mems[d].Retrieve(ctx, format.Key([]byte("k"), 0, format.KindData))
+		if err != nil {
+			t.Fatal(err)
+		}
+		copies[d] = b
+	}
+	r.mustStore("k", v2, Using("packing"))
+	for d, b := range copies { // the release's deletes never landed
+		if err := r.mems[d].Store(ctx, format.Key([]byte("k"), 0, format.KindData), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.mems[p].Fail()
+	r.a.SetDeviceState(p, mechanism.Failed)
+	r.mustRead("k", v2)
+}
+
+// TestWrongVersionOnLaterSplitPrimary (trust case 7): the primary of a
+// later split of a huge value holds a piece of another version; the good
+// replicas on the other devices still give the value.
+func TestWrongVersionOnLaterSplitPrimary(t *testing.T) {
+	r := newRigLimits(t, 6, device.Limits{MaxValueLen: 8 << 10}, everyMechanism(), WithDefault("replication"))
+	rng := newRand(t)
+	v := randBytes(rng, 30<<10)
+	r.mustStore("huge", v)
+	h0, err := r.piece(r.a.primary([]byte("huge"), 0), "huge", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1 := r.a.splitKey([]byte("huge"), 1, h0.Version)
+	b, err := r.mems[k1.Primary].Retrieve(ctx, k1.Data())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong, err := format.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong.Version++ // as a store that failed after landing here would leave
+	if err := r.mems[k1.Primary].Store(ctx, k1.Data(), format.Encode(&wrong.Header, wrong.Payload)); err != nil {
+		t.Fatal(err)
+	}
+	r.mustRead("huge", v)
+}

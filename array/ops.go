@@ -66,6 +66,15 @@ type needsPrevious interface{ NeedsPrevious() bool }
 func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 	have := a.env.Read(ctx, k.Data(), []int{k.Primary})
 	p := &have[0]
+	// A piece of another version on the primary of a later split (a
+	// store that failed after partly landing) says nothing of where the
+	// wanted version is: ask the other devices as for a lost piece.
+	otherVersion := p.OK() && k.Want != 0 && p.Value.Version != k.Want
+	if otherVersion {
+		if w := min(a.maxWidth, a.env.N()); w > 1 {
+			have = append(have, a.env.ReadSpan(ctx, k, 1, w, nil)...)
+		}
+	}
 	if !p.OK() {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -97,18 +106,26 @@ func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 			best = i
 		}
 	}
-	if best < 0 {
+	if best != 0 && !(best > 0 && k.Want != 0) {
+		// The primary cannot answer for itself: a piece on a neighbour
+		// may be a copy that an interrupted change of mechanism left
+		// behind, older than a member its set knows of. The newest wins.
 		for _, m := range a.mechs {
 			if lc, ok := m.(locator); ok {
 				h, found, err := lc.Locate(ctx, k)
 				if err != nil {
+					if best >= 0 {
+						continue // what the devices hold still answers
+					}
 					return nil, err
 				}
-				if found && (k.Want == 0 || h.Version == k.Want) {
+				if found && (k.Want == 0 || h.Version == k.Want) && (best < 0 || h.Version > have[best].Value.Version) {
 					return &located{m: m, have: have, hdr: h}, nil
 				}
 			}
 		}
+	}
+	if best < 0 {
 		if errors.Is(p.Err, format.ErrCorrupt) || k.Want != 0 {
 			return nil, mechanism.Lost(k, "array", have, "no readable header")
 		}
