@@ -313,3 +313,31 @@ func TestWrongVersionOnLaterSplitPrimary(t *testing.T) {
 	}
 	r.mustRead("huge", v)
 }
+
+// TestResyncSweepsEveryMissedSplit (trust case 5): a device that missed
+// the delete of a huge value holds copies of its later splits only; its
+// resync removes them all and leaves it with nothing to catch up on.
+func TestResyncSweepsEveryMissedSplit(t *testing.T) {
+	r := newRigLimits(t, 6, device.Limits{MaxValueLen: 8 << 10}, everyMechanism(), WithDefault("replication"))
+	rng := newRand(t)
+	r.mustStore("huge", randBytes(rng, 30<<10)) // 4 splits
+	d := (r.a.primary([]byte("huge"), 0) + 4) % 6
+	r.mems[d].Fail()
+	r.a.SetDeviceState(d, mechanism.Failed)
+	if err := r.a.Delete(ctx, []byte("huge")); err != nil {
+		t.Fatal(err)
+	}
+	r.mems[d].Recover()
+	if _, err := r.a.Resync(ctx, d); err != nil {
+		t.Fatalf("resync: %v", err)
+	}
+	if n := r.a.env.MissedCount(d); n != 0 {
+		t.Fatalf("device %d still has %d keys to catch up on after its resync", d, n)
+	}
+	for i, m := range r.mems {
+		_ = m.Iterate(ctx, []byte("huge"), func(k []byte) error {
+			t.Errorf("device %d still holds %q", i, k)
+			return nil
+		})
+	}
+}

@@ -690,6 +690,24 @@ func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error)
 	return total, size, nil
 }
 
+// sweepIfLeftover sweeps the pieces of the given internal split number of
+// key unless it belongs to the key's current value. It runs under key's
+// lock.
+func (a *Array) sweepIfLeftover(ctx context.Context, key []byte, split int) (int, error) {
+	l, err := a.locate(ctx, a.key(key, 0))
+	switch {
+	case err == nil:
+		h := l.header()
+		if s := a.logical(split); s < int(h.Splits) && a.splitKey(key, s, h.Version).Split == split {
+			return 0, nil
+		}
+	case !errors.Is(err, ErrNotFound):
+		return 0, err
+	}
+	k := mechanism.Key{User: key, Split: split, Primary: a.primary(key, a.logical(split))}
+	return a.sweep(ctx, k, 0)
+}
+
 // sweep deletes the data-key pieces of k on the devices at offsets
 // [from, maxWidth) from its primary and returns how many there were.
 func (a *Array) sweep(ctx context.Context, k mechanism.Key, from int) (int, error) {

@@ -424,8 +424,10 @@ func (a *Array) mayHold(ctx context.Context, key []byte, dev int) bool {
 // healOne repairs one item under its key's lock.
 func (a *Array) healOne(ctx context.Context, it healItem) (int, int64, error) {
 	user := it.user
+	split := 0 // of an internal data key: a resync record's
 	if user == nil {
-		u, _, kind, err := format.ParseKey(it.internal)
+		u, s, kind, err := format.ParseKey(it.internal)
+		split = s
 		if err != nil {
 			return 0, 0, err
 		}
@@ -452,6 +454,15 @@ func (a *Array) healOne(ctx context.Context, it healItem) (int, int64, error) {
 		}
 		var err error
 		n, size, err = a.repairSized(ctx, user)
+		if split != 0 && (err == nil || errors.Is(err, ErrNotFound)) {
+			// repairSized's walk over leftover splits ends at the first
+			// with no piece; the split this record names may lie past it.
+			swept, serr := a.sweepIfLeftover(ctx, user, split)
+			n += swept
+			if serr != nil {
+				return nil, serr
+			}
+		}
 		return nil, err
 	})
 	if errors.Is(err, ErrNotFound) {
