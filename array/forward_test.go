@@ -341,3 +341,45 @@ func TestResyncSweepsEveryMissedSplit(t *testing.T) {
 		})
 	}
 }
+
+// TestClearedRecordStaysCleared (trust case 4): a resync record cleared
+// while one of its holders was down does not come back when that holder
+// returns and the array is reopened; the device it named is not taken
+// for stale, so two further losses still leave enough shards.
+func TestClearedRecordStaysCleared(t *testing.T) {
+	r := newRig(t, 6, everyMechanism(), WithDefault("splitting"))
+	rng := newRand(t)
+	const a, b = 0, 1 // b holds one of a's record copies
+	r.mems[a].Fail()
+	r.a.SetDeviceState(a, mechanism.Failed)
+	v := randBytes(rng, 3000)
+	r.mustStore("k", v)
+	r.mems[b].Fail()
+	r.a.SetDeviceState(b, mechanism.Failed)
+	r.mems[a].Recover()
+	if _, err := r.a.Resync(ctx, a); err != nil {
+		t.Fatalf("resync %d: %v", a, err)
+	}
+	r.mems[b].Recover()
+	r.reopen()
+	if n := r.a.env.MissedCount(a); n != 0 {
+		t.Fatalf("after reopening, device %d has %d keys to catch up on again", a, n)
+	}
+	if _, err := r.a.Resync(ctx, b); err != nil {
+		t.Fatalf("resync %d: %v", b, err)
+	}
+	for _, d := range []int{3, 4} {
+		r.mems[d].Fail()
+		r.a.SetDeviceState(d, mechanism.Failed)
+	}
+	r.mustRead("k", v)
+	for _, d := range []int{3, 4} {
+		r.mems[d].Recover()
+	}
+	r.reopen()
+	for d := range r.mems {
+		if n := r.a.env.MissedCount(d); n != 0 {
+			t.Fatalf("device %d has %d keys to catch up on after every device was resynced", d, n)
+		}
+	}
+}

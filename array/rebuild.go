@@ -168,6 +168,9 @@ func (a *Array) Resync(ctx context.Context, i int, opts ...HealOption) (RebuildR
 	if a.reasons != nil {
 		a.reasons[i] = nil
 	}
+	if err := a.env.CatchUpRecords(ctx, i); err != nil {
+		return rep, fmt.Errorf("resync device %d (%s): delete the records it holds that were cleared: %w", i, rep.Name, err)
+	}
 	keys := a.env.Missed(i)
 	work := make([]healItem, 0, len(keys))
 	for _, k := range keys {

@@ -28,6 +28,14 @@ import (
 // xxhash64(internal key) (8 bytes), 0, KindArray); its value frames the
 // internal key. Records are kept in memory too, with the devices holding
 // their copies.
+//
+// A record is cleared by deleting its copies. A holder that misses that
+// delete (it is failed) would bring the record back at the next open, and
+// with it a device marked stale for a key it holds correctly (fewer good
+// pieces than there are). So the missed delete is itself recorded: a
+// record of device H's record key, saying H missed its deletion. Open
+// ignores the copies such records name, and Resync of H deletes them
+// (CatchUpRecords).
 
 // recordPrefix starts the user part of every record key.
 var recordPrefix = []byte("\x00kvarray-resync")
@@ -135,6 +143,13 @@ func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool)
 		r.holders = holders
 	}
 	e.rec.mu.Unlock()
+	// A holder that had missed the deletion of an earlier copy of this
+	// record holds a current one now.
+	for _, h := range holders {
+		if e.missed(h, rk) {
+			e.clearMiss(ctx, h, rk)
+		}
+	}
 }
 
 // clearMiss drops the record of key on dev.
@@ -152,9 +167,39 @@ func (e *Env) clearMiss(ctx context.Context, dev int, key []byte) {
 	for i, d := range holders {
 		ops[i] = Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: rk}}
 	}
-	// A record left behind by a failed delete only costs a needless
-	// repair of the key at the next resync.
 	e.do(context.WithoutCancel(ctx), ops)
+	for i := range ops {
+		if ops[i].Err != nil {
+			e.recordMiss(ctx, ops[i].Dev, rk, true)
+		}
+	}
+}
+
+// isRecordKey reports whether key is a record's key.
+func isRecordKey(key []byte) bool {
+	u, _, kind, err := format.ParseKey(key)
+	return err == nil && kind == format.KindArray && len(u) == len(recordPrefix)+10 && string(u[:len(recordPrefix)]) == string(recordPrefix)
+}
+
+// CatchUpRecords deletes from device dev the record copies whose
+// deletion it missed (see the package doc), and clears those records.
+func (e *Env) CatchUpRecords(ctx context.Context, dev int) error {
+	var ops []Op
+	for _, k := range e.Missed(dev) {
+		if isRecordKey(k) {
+			ops = append(ops, Op{Dev: dev, Op: device.Op{Kind: device.OpDelete, Key: k}})
+		}
+	}
+	e.do(ctx, ops)
+	var errs []error
+	for i := range ops {
+		if ops[i].Err != nil {
+			errs = append(errs, ops[i].Err)
+			continue
+		}
+		e.clearMiss(ctx, dev, ops[i].Key)
+	}
+	return errors.Join(errs...)
 }
 
 // Missed returns the internal keys device dev's record lists.
@@ -210,7 +255,7 @@ func (e *Env) LoadRecords(ctx context.Context) error {
 		}
 		var keys [][]byte
 		err := e.devs[d].Iterate(ctx, recordPrefix, func(k []byte) error {
-			if u, _, kind, err := format.ParseKey(k); err == nil && kind == format.KindArray && len(u) == len(recordPrefix)+10 {
+			if isRecordKey(k) {
 				keys = append(keys, slices.Clone(k))
 			}
 			return nil
@@ -244,6 +289,20 @@ func (e *Env) LoadRecords(ctx context.Context) error {
 			}
 			r.holders = append(r.holders, d)
 			e.rec.mu.Unlock()
+		}
+	}
+	// Copies whose deletion their holder missed are not records.
+	e.rec.mu.Lock()
+	defer e.rec.mu.Unlock()
+	for dev, m := range e.rec.missed {
+		for key, r := range m {
+			r.holders = slices.DeleteFunc(r.holders, func(h int) bool {
+				cleared, ok := e.rec.missed[h][string(recordKey(dev, []byte(key)))]
+				return ok && cleared.deleted
+			})
+			if len(r.holders) == 0 {
+				delete(m, key)
+			}
 		}
 	}
 	return errors.Join(errs...)
