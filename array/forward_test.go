@@ -383,3 +383,28 @@ func TestClearedRecordStaysCleared(t *testing.T) {
 		}
 	}
 }
+
+// TestCustomStoreWithOneDeviceDown (trust case 8): the first per-call
+// mechanism on a standalone array records that in the array header; a
+// device that cannot take the header must not fail the store of a key
+// that does not touch it, and gets the flag when it is resynced.
+func TestCustomStoreWithOneDeviceDown(t *testing.T) {
+	r := newRig(t, 6, everyMechanism(), WithDefault("hashing"))
+	key := "k"
+	p := r.a.primary([]byte(key), 0)
+	down := (p + 3) % 6
+	r.mems[down].Fail()
+	r.mustStore(key, []byte("v"), Using("replication"))
+	r.mems[down].Recover()
+	if _, err := r.a.Resync(ctx, down); err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.mems[down].Retrieve(ctx, headerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := decodeHeader(b); err != nil || h.flags&flagMixed == 0 {
+		t.Fatalf("resynced device's header: %+v %v, want the mixed flag", h, err)
+	}
+	r.mustRead(key, []byte("v"))
+}

@@ -358,16 +358,25 @@ func (a *Array) markMixed(ctx context.Context) error {
 	}
 	h := a.hdr
 	h.flags |= flagMixed
-	// One device holding the flag is enough (Open ORs the flags), and a
-	// failed device gets it when it is rebuilt.
+	// One device holding the flag is enough for Open (it ORs the flags),
+	// and a device that misses it gets it with the next epoch (Open,
+	// Close, Resync): so the flag needs as many devices as a write of
+	// any mechanism needs to survive two losses, not every device.
 	var up []int
 	for i := range a.devs {
 		if a.env.State(i) != mechanism.Failed {
 			up = append(up, i)
 		}
 	}
-	if err := writeHeaders(ctx, a.env, h, up); err != nil {
-		return fmt.Errorf("record custom-mode use in the array header: %w", err)
+	err := writeHeaders(ctx, a.env, h, up)
+	took := 0
+	for _, i := range up {
+		if a.env.State(i) != mechanism.Failed {
+			took++
+		}
+	}
+	if need := min(3, len(a.devs)); took < need {
+		return fmt.Errorf("record custom-mode use in the array header: %d devices took it, %d needed: %w", took, need, err)
 	}
 	a.hdr, a.mixed = h, true
 	return nil

@@ -168,6 +168,10 @@ func (a *Array) Resync(ctx context.Context, i int, opts ...HealOption) (RebuildR
 	if a.reasons != nil {
 		a.reasons[i] = nil
 	}
+	// Array-wide flags it missed while failed (mixed use), and the epoch.
+	a.hdrMu.Lock()
+	_ = writeHeaders(ctx, a.env, a.hdr, []int{i})
+	a.hdrMu.Unlock()
 	if err := a.env.CatchUpRecords(ctx, i); err != nil {
 		return rep, fmt.Errorf("resync device %d (%s): delete the records it holds that were cleared: %w", i, rep.Name, err)
 	}
