@@ -408,3 +408,52 @@ func TestCustomStoreWithOneDeviceDown(t *testing.T) {
 	}
 	r.mustRead(key, []byte("v"))
 }
+
+// TestOldSetNeverResurrectsOldValue (trust case 3): a packed key whose
+// set's parity devices are both down (one known to the array, one not)
+// is overwritten with replication (which may fail after writing), then
+// with splitting; after the devices return, heal and scrub, the key reads
+// the last value, and still does with any two devices failed.
+func TestOldSetNeverResurrectsOldValue(t *testing.T) {
+	r := newRig(t, 6, everyMechanism(), WithDefault("packing"))
+	rng := newRand(t)
+	v1, v2, v3 := randBytes(rng, 900), randBytes(rng, 900), randBytes(rng, 900)
+	r.mustStore("k", v1)
+	var parity []int
+	for d, m := range r.mechanismPieces() {
+		if len(m) > 0 {
+			parity = append(parity, d)
+		}
+	}
+	if len(parity) != 2 {
+		t.Fatalf("parities on devices %v, want 2", parity)
+	}
+	r.mems[parity[0]].Fail()
+	r.a.SetDeviceState(parity[0], mechanism.Failed)
+	r.mems[parity[1]].Fail() // not known to the array yet
+	last := v1
+	if err := r.a.Store(ctx, []byte("k"), v2, Using("replication")); err == nil {
+		last = v2
+	}
+	r.mustStore("k", v3, Using("splitting"))
+	last = v3
+	for _, d := range parity {
+		r.mems[d].Recover()
+	}
+	r.repairAll(nil)
+	if _, err := r.a.Scrub(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	r.mustRead("k", last)
+	for _, devs := range combos(6, 2) {
+		for _, d := range devs {
+			r.mems[d].Fail()
+			r.a.SetDeviceState(d, mechanism.Failed)
+		}
+		r.mustRead("k", last)
+		for _, d := range devs {
+			r.mems[d].Recover()
+			r.a.SetDeviceState(d, mechanism.Healthy)
+		}
+	}
+}
