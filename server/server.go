@@ -87,6 +87,8 @@ type options struct {
 	maxBulk    int64
 	maxRequest int64
 	errorLog   *log.Logger
+	auth       *authConfig // auth.go
+	hooks      hooks       // observe.go
 }
 
 // Option configures New.
@@ -146,6 +148,7 @@ type Server struct {
 	nextID    atomic.Int64
 
 	stats stats
+	tasks tasks // observe.go
 }
 
 type stats struct {
@@ -416,6 +419,7 @@ type conn struct {
 	mu           sync.Mutex // guards the fields below
 	name         string
 	libName, lib string
+	user         atomic.Pointer[user] // as authenticated (auth.go)
 }
 
 // Read passes the client's bytes through the guard. Once the server is
