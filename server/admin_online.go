@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/kvarray/kvarray/array"
 )
@@ -37,8 +38,17 @@ func init() {
 	)
 }
 
-// cmdProgress: KVARRAY.PROGRESS.
-func cmdProgress(c *call) { c.json(c.s.Tasks()) }
+// cmdProgress: KVARRAY.PROGRESS: {"tasks": [Task...], "last_scrub": time}.
+func cmdProgress(c *call) {
+	reply := struct {
+		Tasks     []Task     `json:"tasks"`
+		LastScrub *time.Time `json:"last_scrub,omitempty"`
+	}{Tasks: c.s.Tasks()}
+	if t := c.s.LastScrub(); !t.IsZero() {
+		reply.LastScrub = &t
+	}
+	c.json(reply)
+}
 
 // device parses argument i as a device index, replying with an error when
 // it is not one.

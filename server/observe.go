@@ -83,9 +83,18 @@ func (t Task) ETA() time.Duration {
 
 // tasks are the heal operations running.
 type tasks struct {
-	mu   sync.Mutex
-	next int64
-	run  map[int64]*Task
+	mu        sync.Mutex
+	next      int64
+	run       map[int64]*Task
+	lastScrub time.Time // when the last scrub in this server finished
+}
+
+// LastScrub returns when the last scrub run in this server finished
+// (zero: none has).
+func (s *Server) LastScrub() time.Time {
+	s.tasks.mu.Lock()
+	defer s.tasks.mu.Unlock()
+	return s.tasks.lastScrub
 }
 
 // taskProgressEvery is how often a running task's progress is taken.
@@ -138,6 +147,9 @@ func (s *Server) startTask(kind string, dev int) (opts []array.HealOption, done 
 	done = func(err error) {
 		s.tasks.mu.Lock()
 		delete(s.tasks.run, t.ID)
+		if kind == "scrub" && err == nil {
+			s.tasks.lastScrub = time.Now()
+		}
 		snap := *t
 		s.tasks.mu.Unlock()
 		if err != nil {
