@@ -167,4 +167,3 @@ func printStatus(out io.Writer, ss serverStatus) error {
 	}
 	return w.Flush()
 }
-
