@@ -15,6 +15,7 @@ import (
 // hooks are the optional observers of a server.
 type hooks struct {
 	command  func(name string, d time.Duration)
+	store    func(mechanism string)
 	logger   *slog.Logger
 	replacer Replacer
 }
@@ -24,6 +25,23 @@ type hooks struct {
 // took. fn must be safe for concurrent use and quick.
 func WithCommandObserver(fn func(name string, d time.Duration)) Option {
 	return func(o *options) { o.hooks.command = fn }
+}
+
+// WithStoreObserver has fn called for every value a client stores, with
+// the mechanism the array's mode picks for its size, or "per-call" for
+// KVARRAY.SET (whose mechanism the client names).
+func WithStoreObserver(fn func(mechanism string)) Option {
+	return func(o *options) { o.hooks.store = fn }
+}
+
+func (s *Server) observeStore(n int, opts []array.CallOption) {
+	if fn := s.o.hooks.store; fn != nil {
+		if len(opts) > 0 {
+			fn("per-call")
+			return
+		}
+		fn(s.a.Mechanism(n))
+	}
 }
 
 // WithLogger sets where the server logs events: heal operations started,

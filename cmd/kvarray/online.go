@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
 
 	"github.com/kvarray/kvarray/array"
 	"github.com/kvarray/kvarray/server"
@@ -176,3 +177,37 @@ func remoteHeal(ctx context.Context, cl *redis.Client, bar *progress, kind strin
 }
 
 func itoaDev(dev int) string { return strconv.Itoa(dev) }
+
+func (c *cli) failCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "fail DEV",
+		Short: "Fail device DEV in a running kvarray serve (mem devices: to test healing)",
+		Long: `fail marks device DEV failed in the array that 'kvarray serve' holds, through
+its admin socket (KVARRAY.FAIL): every operation on the device fails until
+'kvarray rebuild DEV' or KVARRAY.RECOVER. Only mem devices can be failed on
+command; a real device fails by itself (unreachable, removed), and
+'kvarray replace DEV' then swaps it out. Without a running server there is
+nothing to fail: a device's failed state lives in the process that holds
+the array.`,
+		Args: args(1, 1, "DEV"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dev, err := parseDev(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			cl, err := c.online()
+			if err != nil {
+				return err
+			}
+			if cl == nil {
+				return fmt.Errorf("fail: no kvarray serve holds the array of %s: a device's failed state lives in the serving process", c.configPath)
+			}
+			defer cl.Close()
+			if err := cl.Do(c.ctx, "kvarray.fail", dev).Err(); err != nil {
+				return remoteError(err)
+			}
+			fmt.Fprintf(c.stdout, "device %d failed\n", dev)
+			return nil
+		},
+	}
+}

@@ -81,7 +81,7 @@ func (s *serving) stop(t testing.TB) {
 	s.cancel()
 	select {
 	case code := <-s.code:
-		if code != 0 || s.errOut.String() != "" || !strings.HasSuffix(s.out.String(), "kvarray serve: stopped\n") {
+		if code != 0 || strings.Contains(s.errOut.String(), "level=ERROR") || !strings.HasSuffix(s.out.String(), "kvarray serve: stopped\n") {
 			t.Errorf("kvarray serve exited with %d, stdout %q, stderr %q", code, s.out, s.errOut)
 		}
 	case <-time.After(time.Minute):
