@@ -232,10 +232,10 @@ func (c *cli) replace(dev int, spec string, force bool) error {
 
 // replaceDevice swaps a new device in at position dev of the array of cfg
 // (the config file at configPath): of live, the array kvarray serve
-// holds, or else of the array opened for it. wrap, when not nil, wraps
-// the new device before the array adopts it (metrics). It returns what to
-// tell the user.
-func replaceDevice(ctx context.Context, configPath string, cfg *config.Config, live *array.Array, dev int, spec string, force bool, wrap func(int, device.Device) device.Device) (_ string, err error) {
+// holds, or else of the array opened for it. adopt, when not nil, hands
+// the new device to the live array (adoptInSlot); else the array's
+// ReplaceDevice does. It returns what to tell the user.
+func replaceDevice(ctx context.Context, configPath string, cfg *config.Config, live *array.Array, dev int, spec string, force bool, adopt func(device.Device) error) (_ string, err error) {
 	n := len(cfg.Devices)
 	if dev >= n {
 		return "", fmt.Errorf("replace: device %d: the array has devices 0..%d", dev, n-1)
@@ -292,10 +292,10 @@ func replaceDevice(ctx context.Context, configPath string, cfg *config.Config, l
 		return "", fmt.Errorf("replace device %d: %s is healthy: replacing it discards its contents, which rebuild restores from the other devices (values stored with hashing on it are lost); pass --force to replace it anyway", dev, oldName)
 	}
 	adopted = true // from here on the array owns it, and closes it
-	if wrap != nil {
-		nd = wrap(dev, nd)
+	if adopt == nil {
+		adopt = func(nd device.Device) error { return a.ReplaceDevice(ctx, dev, nd) }
 	}
-	if err := a.ReplaceDevice(ctx, dev, nd); err != nil {
+	if err := adopt(nd); err != nil {
 		return "", err
 	}
 	if !same {

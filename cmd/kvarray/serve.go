@@ -108,7 +108,7 @@ func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
 	if o.metricsListen != "" {
 		m = metrics.New()
 	}
-	a, devs, err := c.openForServe(ctx, cfg, m)
+	a, devs, slots, err := c.openForServe(ctx, cfg, m)
 	if err != nil {
 		return err
 	}
@@ -163,17 +163,17 @@ func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
 			if err != nil {
 				return "", err
 			}
-			var wrap func(int, device.Device) device.Device
-			if m != nil {
-				wrap = func(i int, d device.Device) device.Device {
-					name, _ := cfg.DeviceName(i)
-					if spec != "" {
-						name = spec
+			adopt := func(nd device.Device) error {
+				if m != nil {
+					name := spec
+					if name == "" {
+						name, _ = cfg.DeviceName(dev)
 					}
-					return m.WrapDevice(i, name, d)
+					nd = m.WrapDevice(dev, name, nd)
 				}
+				return adoptInSlot(ctx, a, slots[dev], dev, nd)
 			}
-			return replaceDevice(ctx, c.configPath, cfg, a, dev, spec, force, wrap)
+			return replaceDevice(ctx, c.configPath, cfg, a, dev, spec, force, adopt)
 		})}
 	if m != nil {
 		opts = append(opts, server.WithCommandObserver(m.ObserveCommand), server.WithStoreObserver(m.ObserveStore))
@@ -262,20 +262,23 @@ func (c *cli) serveConfig(ctx context.Context, explicitConfig bool) (*config.Con
 
 // openForServe opens the array of cfg. It opens the devices itself, to
 // give them to the server (KVARRAY.FAIL and RECOVER work on mem devices),
-// to wrap them for metrics (m, when not nil) and to open the array with
-// the options of a long-running process (automatic resync). It returns
-// the devices unwrapped.
-func (c *cli) openForServe(ctx context.Context, cfg *config.Config, m *metrics.Metrics) (*array.Array, []device.Device, error) {
+// to wrap them for metrics (m, when not nil) and in slots (online
+// replace), and to open the array with the options of a long-running
+// process (automatic resync). It returns the devices unwrapped, and the
+// slots.
+func (c *cli) openForServe(ctx context.Context, cfg *config.Config, m *metrics.Metrics) (*array.Array, []device.Device, []*slot, error) {
 	// mem devices are new at every open: their array is created.
 	mem := allMem(cfg)
 	devs := config.OpenDevices(cfg, mem)
-	used := devs
-	if m != nil {
-		names := make([]string, len(devs))
-		for i := range devs {
-			names[i], _ = cfg.DeviceName(i)
+	slots := make([]*slot, len(devs))
+	used := make([]device.Device, len(devs))
+	for i, d := range devs {
+		if m != nil {
+			name, _ := cfg.DeviceName(i)
+			d = m.WrapDevice(i, name, d)
 		}
-		used = m.WrapDevices(devs, names)
+		slots[i] = newSlot(d)
+		used[i] = slots[i]
 	}
 	var a *array.Array
 	var err error
@@ -288,9 +291,9 @@ func (c *cli) openForServe(ctx context.Context, cfg *config.Config, m *metrics.M
 		for _, d := range devs {
 			d.Close()
 		}
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return a, devs, nil
+	return a, devs, slots, nil
 }
 
 // someAnswers fails, as config.OpenConfig does, when no device could be

@@ -93,6 +93,16 @@ func (c *cli) status(asJSON, redraw bool) error {
 		if st, err = remoteStatus(c.ctx, cl); err != nil {
 			return err
 		}
+		// The server names devices as they were when it started; the
+		// config file names them as replaced since.
+		for i := range st.Devices {
+			if i >= len(cfg.Devices) {
+				break
+			}
+			if name, err := cfg.DeviceName(i); err == nil {
+				st.Devices[i].Name = name
+			}
+		}
 	} else {
 		a, err := config.OpenConfig(c.ctx, cfg)
 		if err != nil {
