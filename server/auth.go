@@ -35,11 +35,23 @@ type User struct {
 }
 
 // ErrWrongPass is returned by authenticate for an unknown user or a wrong
-// password; its text is Redis's WRONGPASS reply.
-var ErrWrongPass = errors.New("WRONGPASS invalid username-password pair or user is disabled.")
+// password; clients are told wrongPassReply.
+var ErrWrongPass = errors.New("invalid username-password pair or user is disabled")
 
-// errNoPassword: AUTH <password> while the default user has no password.
-var errNoPassword = errors.New("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
+// Redis's replies to a failed AUTH.
+const (
+	wrongPassReply  = "WRONGPASS invalid username-password pair or user is disabled."
+	noPasswordReply = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+)
+
+// authErrorReply is the reply to a failed authenticate (AUTH, HELLO
+// ... AUTH).
+func authErrorReply(err error) string {
+	if errors.Is(err, ErrWrongPass) {
+		return wrongPassReply
+	}
+	return "ERR " + err.Error()
+}
 
 // user is an ACL user as the server keeps it.
 type user struct {
@@ -165,7 +177,7 @@ func authReply(c *call) {
 	switch len(c.args) {
 	case 2:
 		if !c.s.RequiresPassword() {
-			c.error(errNoPassword.Error())
+			c.error(noPasswordReply)
 			return
 		}
 		pass = c.args[1]
@@ -176,7 +188,7 @@ func authReply(c *call) {
 		return
 	}
 	if err := c.s.authenticate(c.cl, name, pass); err != nil {
-		c.error(err.Error())
+		c.error(authErrorReply(err))
 		return
 	}
 	c.ok()

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -176,7 +175,6 @@ func remoteHeal(ctx context.Context, cl *redis.Client, bar *progress, kind strin
 	return err
 }
 
-func itoaDev(dev int) string { return strconv.Itoa(dev) }
 
 func (c *cli) failCmd() *cobra.Command {
 	return &cobra.Command{
