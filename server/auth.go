@@ -85,13 +85,8 @@ func newAuth(requirepass string, users []User) *authConfig {
 	return a
 }
 
-// auth returns the server's users (never nil).
-func (s *Server) auth() *authConfig {
-	if s.o.auth == nil {
-		s.o.auth = newAuth("", nil)
-	}
-	return s.o.auth
-}
+// auth returns the server's users (set by New, never nil).
+func (s *Server) auth() *authConfig { return s.o.auth }
 
 // RequiresPassword reports whether clients must authenticate.
 func (s *Server) RequiresPassword() bool { return !s.auth().def.nopass }

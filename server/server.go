@@ -172,6 +172,9 @@ func New(a *array.Array, opts ...Option) *Server {
 	if o.errorLog == nil {
 		o.errorLog = log.Default()
 	}
+	if o.auth == nil {
+		o.auth = newAuth("", nil) // Redis's default: no password
+	}
 	s := &Server{
 		a:         a,
 		o:         o,

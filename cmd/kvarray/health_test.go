@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -84,5 +86,27 @@ func TestHealthHeadline(t *testing.T) {
 	st.Mechanisms = []array.MechanismStatus{{Name: "hashing", Objects: 3}}
 	if got, code := health(config.Default("data", 3), st, nil); code != healthAtRisk || !strings.Contains(got, "hashing tolerates 0 devices") {
 		t.Errorf("hashing array with a device lost: %q, %d", got, code)
+	}
+}
+
+// TestStatusWatch: --watch redraws the status until interrupted, then
+// exits with the health's code.
+func TestStatusWatch(t *testing.T) {
+	fresh(t, 3)
+	defer func(d time.Duration) { watchEvery = d }(watchEvery)
+	watchEvery = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &syncBuffer{}
+	code := make(chan int, 1)
+	go func() { code <- run(ctx, []string{"status", "--watch"}, nil, out, io.Discard) }()
+	for deadline := time.Now().Add(time.Minute); strings.Count(out.String(), "clean\n") < 3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("status --watch drew %d times in a minute:\n%s", strings.Count(out.String(), "clean\n"), out)
+		}
+	}
+	cancel()
+	if c := <-code; c != healthClean {
+		t.Errorf("status --watch exited %d, want 0", c)
 	}
 }

@@ -168,8 +168,8 @@ device: {perf: {latency: 2ms}}
 	}
 
 	// A failed device shows in the state gauge.
-	if err := rdb.Do(ctx, "kvarray.fail", 3).Err(); err != nil {
-		t.Fatal(err)
+	if out := ok(t, nil, "fail", "3"); out != "device 3 failed\n" {
+		t.Errorf("kvarray fail 3 printed %q", out)
 	}
 	mf = scrape(t, url)
 	if v, _ := value(mf, "kvarray_device_state", map[string]string{"device": "3", "state": "failed"}); v != 1 {
@@ -187,4 +187,5 @@ device: {perf: {latency: 2ms}}
 		}
 	}
 	s.stop(t)
+	fails(t, nil, []string{"fail", "3"}, "no kvarray serve holds the array of kvarray.yaml")
 }
