@@ -175,7 +175,6 @@ func remoteHeal(ctx context.Context, cl *redis.Client, bar *progress, kind strin
 	return err
 }
 
-
 func (c *cli) failCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "fail DEV",
