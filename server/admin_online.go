@@ -135,6 +135,12 @@ func cmdReplace(c *call) {
 			return
 		}
 	}
+	if spec != "" && !isAdminConn(c.cl.Conn) {
+		// The operator names devices (config file, CLI); a client never
+		// makes the server open a path or address of its choosing.
+		c.error("ERR KVARRAY.REPLACE DEV SPEC: a new device spec is taken from the admin socket only ('kvarray replace DEV SPEC' on the server's machine); over the network, KVARRAY.REPLACE DEV reuses the config's spec")
+		return
+	}
 	msg, err := c.s.o.hooks.replacer(c.ctx, c.s.a, dev, spec, force)
 	if err != nil {
 		c.error("ERR " + err.Error())

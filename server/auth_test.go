@@ -3,12 +3,15 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/kvarray/kvarray/array"
 )
 
 // TestAuth: with requirepass and ACL users, a connection runs nothing
@@ -143,3 +146,35 @@ func TestServeAdmin(t *testing.T) {
 
 // line is a simple reply as it is on the wire, without CRLF.
 func (r reply) line() string { return string(r.kind) + r.str }
+
+// TestReplaceSpecAdminSocketOnly: no network client can make the server
+// open a device spec of its choosing: KVARRAY.REPLACE with a SPEC is taken
+// from the admin socket only; without one, the config's spec is used.
+func TestReplaceSpecAdminSocketOnly(t *testing.T) {
+	var got []string
+	ts := startServer(t, "", WithReplacer(func(_ context.Context, _ *array.Array, dev int, spec string, force bool) (string, error) {
+		got = append(got, fmt.Sprintf("%d %q %v", dev, spec, force))
+		return "replaced\n", nil
+	}))
+	c := ts.dial()
+	if r := c.do("KVARRAY.REPLACE", "1", "pebble:/etc", "FORCE"); !strings.Contains(r.line(), "admin socket only") {
+		t.Errorf("KVARRAY.REPLACE with a spec over TCP: %s", r)
+	}
+	if r := c.do("KVARRAY.REPLACE", "1", "FORCE"); r.line() != "$replaced\n" {
+		t.Errorf("KVARRAY.REPLACE 1 FORCE over TCP: %s", r)
+	}
+	sock := t.TempDir() + "/admin.sock"
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ts.srv.ServeAdmin(l)
+	cl := redis.NewClient(&redis.Options{Network: "unix", Addr: sock, MaxRetries: -1})
+	defer cl.Close()
+	if err := cl.Do(context.Background(), "kvarray.replace", 2, "mem:new").Err(); err != nil {
+		t.Errorf("KVARRAY.REPLACE with a spec on the admin socket: %v", err)
+	}
+	if want := []string{`1 "" true`, `2 "mem:new" false`}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("replacer calls %v, want %v", got, want)
+	}
+}

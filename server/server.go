@@ -31,6 +31,14 @@
 //     meanwhile. Each call lists the array's keys (a pass over every
 //     device) and sorts them; so do KEYS, DBSIZE and INFO keyspace.
 //
+// Access control (auth.go), as Redis 7: with a password for the default
+// user (WithAuth), a connection runs nothing but AUTH, HELLO and QUIT
+// until it authenticates (NOAUTH); ACL users are admin or data users, and
+// a data user never runs an admin or destructive command (NOPERM).
+// Connections from ServeAdmin's listener (the CLI's unix socket) are the
+// default user. No command makes the server open a device path or address
+// a network client names.
+//
 // Limits on input (guard.go): a bulk string longer than any argument can
 // be (the array's largest value, at most 512 MiB as Redis's
 // proto-max-bulk-len, never less than 64 KiB) is dropped as it arrives and

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,7 +83,7 @@ device: {perf: {latency: 2ms}}
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := serve(t, "--metrics-listen", "127.0.0.1:0")
+	s := serve(t, "--metrics-listen", "127.0.0.1:0", "--log-format", "json")
 	var url string
 	for deadline := time.Now().Add(time.Minute); url == ""; time.Sleep(10 * time.Millisecond) {
 		if m := metricsAt.FindStringSubmatch(s.out.String()); m != nil {
@@ -186,6 +188,23 @@ device: {perf: {latency: 2ms}}
 			t.Errorf("GET k%04d after rebuild, device 3 failed: %q, %v", i, v, err)
 		}
 	}
+	// serve logs the failure (its watcher looks every second), as JSON.
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(s.errOut.String(), `"msg":"device failed","device":3`); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve logged no device failure:\n%s", s.errOut)
+		}
+	}
 	s.stop(t)
+	for _, line := range strings.Split(strings.TrimSpace(s.errOut.String()), "\n") {
+		var ev map[string]any
+		if err := json.Unmarshal([]byte(line), &ev); err != nil || ev["msg"] == nil || ev["level"] == nil {
+			t.Errorf("--log-format json: a log line is not a JSON event: %q (%v)", line, err)
+		}
+	}
+	for _, msg := range []string{`"msg":"serving"`, `"msg":"rebuild started"`, `"msg":"rebuild finished"`, `"msg":"stopped"`} {
+		if !strings.Contains(s.errOut.String(), msg) {
+			t.Errorf("serve logged no %s:\n%s", msg, s.errOut)
+		}
+	}
 	fails(t, nil, []string{"fail", "3"}, "no kvarray serve holds the array of kvarray.yaml")
 }
