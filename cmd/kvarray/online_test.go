@@ -90,6 +90,7 @@ func TestAdminOnline(t *testing.T) {
 	dir := fresh(t, 6)
 	s := serve(t)
 	rdb := s.client(t)
+	fails(t, nil, []string{"serve", "--listen", "127.0.0.1:0"}, "a kvarray serve already holds the array of kvarray.yaml", ".kvarray.yaml.sock")
 	l := startLoad(t, rdb, 4, 50)
 	waitWrites(t, l, 200)
 
