@@ -67,6 +67,9 @@ type Config struct {
 	// probes failed devices and resyncs those that answer again. 0
 	// disables it; one-shot CLI commands never run it.
 	AutoResync Duration `yaml:"auto_resync,omitempty"`
+	// Serve holds what only `kvarray serve` reads: authentication, TLS,
+	// metrics and logs (serve.go). Its keys are top-level, as Redis's.
+	Serve Serve `yaml:",inline"`
 
 	// dir is the directory relative pebble paths are relative to; empty
 	// means the process's working directory.

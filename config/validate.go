@@ -134,6 +134,7 @@ func (c *Config) Validate() error {
 	if d.MaxValue < 0 {
 		p.add("max_value %d: must be positive", d.MaxValue)
 	}
+	d.Serve.validate(&p)
 	if len(p) > 0 {
 		return p
 	}

@@ -5,16 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/kvarray/kvarray/array"
 	"github.com/kvarray/kvarray/device/mem"
 	"github.com/kvarray/kvarray/mechanism"
 )
 
-// The KVARRAY.* commands administer the array. They have no access
-// control: like the rest of the server, they are for a trusted network
-// (serve listens on 127.0.0.1 by default).
+// The KVARRAY.* commands administer the array. Those flagged admin are
+// for admin users only (auth.go); the CLI reaches them through the admin
+// socket (ServeAdmin).
 
 // cmdStatus: KVARRAY.STATUS, the array's Status as JSON (what `kvarray
 // status --json` prints).
@@ -109,17 +108,16 @@ func cmdRecover(c *call) {
 	c.rc.WriteBulk(data)
 }
 
-// cmdScrub: KVARRAY.SCRUB [REPAIR] runs array.Scrub.
+// cmdScrub: KVARRAY.SCRUB [REPAIR] [WORKERS n] runs array.Scrub.
 func cmdScrub(c *call) {
 	repair := false
-	switch {
-	case len(c.args) == 2 && strings.EqualFold(string(c.args[1]), "repair"):
-		repair = true
-	case len(c.args) > 1:
-		c.error("ERR syntax error")
+	opts, ok := c.healOptions(1, &repair)
+	if !ok {
 		return
 	}
-	rep, err := c.s.a.Scrub(c.ctx, repair)
+	track, done := c.s.startTask("scrub", -1)
+	rep, err := c.s.a.Scrub(c.ctx, repair, append(opts, track...)...)
+	done(err)
 	if err != nil {
 		c.fail(err)
 		return
@@ -127,14 +125,17 @@ func cmdScrub(c *call) {
 	c.json(rep)
 }
 
-// cmdRebuild: KVARRAY.REBUILD DEV rebuilds device DEV. A mem device that
+// cmdRebuild: KVARRAY.REBUILD DEV [WORKERS n] rebuilds device DEV. A mem device that
 // is not already being rebuilt is first replaced by an empty one, as a new
 // drive in its slot; any other device must have been replaced already
 // (`kvarray replace`).
 func cmdRebuild(c *call) {
-	i, err := strconv.Atoi(string(c.args[1]))
-	if err != nil || i < 0 || i >= c.s.a.N() {
-		c.error(fmt.Sprintf("ERR KVARRAY.REBUILD: no device %s: the array has devices 0 to %d", c.args[1], c.s.a.N()-1))
+	i, ok := c.device("KVARRAY.REBUILD", 1)
+	if !ok {
+		return
+	}
+	opts, ok := c.healOptions(2, nil)
+	if !ok {
 		return
 	}
 	if c.s.a.DeviceState(i) != mechanism.Rebuilding {
@@ -152,7 +153,9 @@ func cmdRebuild(c *call) {
 			return
 		}
 	}
-	rep, err := c.s.a.Rebuild(c.ctx, i)
+	track, done := c.s.startTask("rebuild", i)
+	rep, err := c.s.a.Rebuild(c.ctx, i, append(opts, track...)...)
+	done(err)
 	if err != nil {
 		c.fail(err)
 		return

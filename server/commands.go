@@ -73,7 +73,7 @@ var commands = []*command{
 			optional(tokenArg("SETNAME", strArg("clientname")))))}, run: cmdHello},
 	{name: "auth", arity: -2, flags: []string{"noscript", "loading", "stale", "fast", "no_auth", "allow_busy"}, acl: []string{"fast", "connection"},
 		group: "connection", since: "1.0.0", complexity: "O(N) where N is the number of passwords defined for the user",
-		summary: "Authenticates the connection. kvarray has no passwords: AUTH default <anything> is accepted.",
+		summary: "Authenticates the connection as the default user (requirepass) or an ACL user.",
 		args:    []arg{optional(strArg("username")), strArg("password")}, run: cmdAuth},
 	{name: "client", arity: -2, acl: []string{"slow", "connection"}, group: "connection", since: "2.4.0",
 		summary:    "A container for client connection commands: ID, GETNAME, SETNAME, SETINFO, INFO, LIST, NO-EVICT, NO-TOUCH.",
@@ -161,11 +161,11 @@ var commands = []*command{
 	{name: "kvarray.scrub", arity: -1, flags: []string{"admin"}, acl: []string{"admin", "slow"}, group: "kvarray", since: "0.1.0",
 		summary:    "Reads every value and redundant piece and verifies them; with REPAIR, repairs what is bad. Replies with the report as JSON.",
 		complexity: "O(N) where N is the number of keys.",
-		args:       []arg{optional(token("REPAIR"))}, run: cmdScrub},
-	{name: "kvarray.rebuild", arity: 2, flags: []string{"admin"}, acl: []string{"admin", "dangerous", "slow"}, group: "kvarray", since: "0.1.0",
+		args:       []arg{optional(token("REPAIR")), optional(tokenArg("WORKERS", intArg("n")))}, run: cmdScrub},
+	{name: "kvarray.rebuild", arity: -2, flags: []string{"admin"}, acl: []string{"admin", "dangerous", "slow"}, group: "kvarray", since: "0.1.0",
 		summary:    "Rebuilds device DEV (a mem device is first replaced by an empty one); replies with the report as JSON.",
 		complexity: "O(N) where N is the number of keys on the neighbouring devices.",
-		args:       []arg{intArg("dev")}, run: cmdRebuild},
+		args:       []arg{intArg("dev"), optional(tokenArg("WORKERS", intArg("n")))}, run: cmdRebuild},
 }
 
 // call is one command being run.
@@ -224,6 +224,10 @@ func (s *Server) serveRESP(rc redcon.Conn, cmd redcon.Command) {
 		c.arityError(e.name)
 		return
 	}
+	if !s.permit(c) {
+		return
+	}
+	defer s.observe(e.name, time.Now())
 	e.calls.Add(1)
 	defer func() {
 		if r := recover(); r != nil {

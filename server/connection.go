@@ -97,21 +97,8 @@ func cmdHello(c *call) {
 	c.rc.WriteArray(0)
 }
 
-// cmdAuth: there are no passwords; the default user takes any.
-func cmdAuth(c *call) {
-	switch len(c.args) {
-	case 2:
-		c.error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
-	case 3:
-		if string(c.args[1]) != "default" {
-			c.error("WRONGPASS invalid username-password pair or user is disabled.")
-			return
-		}
-		c.ok()
-	default:
-		c.syntaxError()
-	}
-}
+// cmdAuth: AUTH [username] password (auth.go).
+func cmdAuth(c *call) { authReply(c) }
 
 // validName is Redis's rule for client names: printable ASCII, no spaces.
 func validName(b []byte) bool {

@@ -31,6 +31,14 @@
 //     meanwhile. Each call lists the array's keys (a pass over every
 //     device) and sorts them; so do KEYS, DBSIZE and INFO keyspace.
 //
+// Access control (auth.go), as Redis 7: with a password for the default
+// user (WithAuth), a connection runs nothing but AUTH, HELLO and QUIT
+// until it authenticates (NOAUTH); ACL users are admin or data users, and
+// a data user never runs an admin or destructive command (NOPERM).
+// Connections from ServeAdmin's listener (the CLI's unix socket) are the
+// default user. No command makes the server open a device path or address
+// a network client names.
+//
 // Limits on input (guard.go): a bulk string longer than any argument can
 // be (the array's largest value, at most 512 MiB as Redis's
 // proto-max-bulk-len, never less than 64 KiB) is dropped as it arrives and
@@ -87,6 +95,8 @@ type options struct {
 	maxBulk    int64
 	maxRequest int64
 	errorLog   *log.Logger
+	auth       *authConfig // auth.go
+	hooks      hooks       // observe.go
 }
 
 // Option configures New.
@@ -146,6 +156,7 @@ type Server struct {
 	nextID    atomic.Int64
 
 	stats stats
+	tasks tasks // observe.go
 }
 
 type stats struct {
@@ -168,6 +179,9 @@ func New(a *array.Array, opts ...Option) *Server {
 	o.maxRequest = max(o.maxRequest, o.maxBulk+minBulk)
 	if o.errorLog == nil {
 		o.errorLog = log.Default()
+	}
+	if o.auth == nil {
+		o.auth = newAuth("", nil) // Redis's default: no password
 	}
 	s := &Server{
 		a:         a,
@@ -416,6 +430,7 @@ type conn struct {
 	mu           sync.Mutex // guards the fields below
 	name         string
 	libName, lib string
+	user         atomic.Pointer[user] // as authenticated (auth.go)
 }
 
 // Read passes the client's bytes through the guard. Once the server is

@@ -25,6 +25,7 @@ func (s *Server) exist(ctx context.Context, key []byte) (bool, error) {
 
 func (s *Server) store(ctx context.Context, key, value []byte, opts ...array.CallOption) error {
 	s.stats.stores.Add(1)
+	s.observeStore(len(value), opts)
 	return s.a.Store(ctx, key, value, opts...)
 }
 
@@ -229,6 +230,7 @@ func cmdMset(c *call) {
 	fs := make([]*array.Future, len(keys))
 	for i := range keys {
 		c.s.stats.stores.Add(1)
+		c.s.observeStore(len(c.args[2+2*i]), nil)
 		fs[i] = c.s.a.StoreAsync(c.ctx, c.args[1+2*i], c.args[2+2*i])
 	}
 	var first error

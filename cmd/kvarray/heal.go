@@ -133,8 +133,8 @@ func (c *cli) healDevCmd(name, short, long string, run func(a *array.Array, dev 
 			if workers < 1 {
 				return usageError{cmd, fmt.Errorf("--workers %d: want at least 1", workers)}
 			}
-			return c.heal(name, dev, asJSON, func(a *array.Array, opts []array.HealOption) (array.RebuildReport, error) {
-				return run(a, dev, append(opts, array.WithWorkers(workers)))
+			return c.heal(name, dev, workers, asJSON, func(a *array.Array, opts []array.HealOption) (array.RebuildReport, error) {
+				return run(a, dev, opts)
 			})
 		},
 	}
@@ -199,33 +199,64 @@ func (c *cli) loadConfig() (*config.Config, error) {
 // ---- replace ----
 
 // replace swaps a new device in at position dev; spec "" means the same
-// spec as now.
-func (c *cli) replace(dev int, spec string, force bool) (err error) {
+// spec as now. While kvarray serve holds the array, the server does it.
+func (c *cli) replace(dev int, spec string, force bool) error {
+	cl, err := c.online()
+	if err != nil {
+		return err
+	}
+	if cl != nil {
+		defer cl.Close()
+		args := []any{"kvarray.replace", dev}
+		if spec != "" {
+			args = append(args, spec)
+		}
+		if force {
+			args = append(args, "FORCE")
+		}
+		msg, err := cl.Do(c.ctx, args...).Text()
+		if err != nil {
+			return remoteError(err)
+		}
+		fmt.Fprint(c.stdout, msg)
+		return nil
+	}
 	cfg, err := c.loadConfig()
 	if err != nil {
 		return err
 	}
+	msg, err := replaceDevice(c.ctx, c.configPath, cfg, nil, dev, spec, force, nil)
+	fmt.Fprint(c.stdout, msg)
+	return err
+}
+
+// replaceDevice swaps a new device in at position dev of the array of cfg
+// (the config file at configPath): of live, the array kvarray serve
+// holds, or else of the array opened for it. adopt, when not nil, hands
+// the new device to the live array (adoptInSlot); else the array's
+// ReplaceDevice does. It returns what to tell the user.
+func replaceDevice(ctx context.Context, configPath string, cfg *config.Config, live *array.Array, dev int, spec string, force bool, adopt func(device.Device) error) (_ string, err error) {
 	n := len(cfg.Devices)
 	if dev >= n {
-		return fmt.Errorf("replace: device %d: the array has devices 0..%d", dev, n-1)
+		return "", fmt.Errorf("replace: device %d: the array has devices 0..%d", dev, n-1)
 	}
 	if !slices.ContainsFunc(cfg.Devices, func(s string) bool { return !strings.HasPrefix(s, "mem:") }) {
-		return errors.New("replace: the config lists mem devices only: such an array lives for one process, there is nothing to replace")
+		return "", errors.New("replace: the config lists mem devices only: such an array lives for one process, there is nothing to replace")
 	}
 	oldName, err := cfg.DeviceName(dev)
 	if err != nil {
-		return err
+		return "", err
 	}
 	newCfg := *cfg
 	newCfg.Devices = append([]string(nil), cfg.Devices...)
 	if spec == "" {
 		spec = cfg.Devices[dev]
 	} else if err := newCfg.SetDevice(dev, spec); err != nil {
-		return fmt.Errorf("replace device %d by %q: %w", dev, spec, err)
+		return "", fmt.Errorf("replace device %d by %q: %w", dev, spec, err)
 	}
 	newName, err := newCfg.DeviceName(dev)
 	if err != nil {
-		return err
+		return "", err
 	}
 	same := newName == oldName
 
@@ -233,7 +264,7 @@ func (c *cli) replace(dev int, spec string, force bool) (err error) {
 	// now, it is never opened twice.
 	nd, undo, err := openNewDevice(&newCfg, dev, same)
 	if err != nil {
-		return fmt.Errorf("replace device %d: %w", dev, err)
+		return "", fmt.Errorf("replace device %d: %w", dev, err)
 	}
 	adopted := false
 	defer func() {
@@ -243,36 +274,40 @@ func (c *cli) replace(dev int, spec string, force bool) (err error) {
 		}
 	}()
 
-	a, err := openArrayWithout(c.ctx, cfg, dev, same)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := a.Close(); err == nil && cerr != nil {
-			err = cerr
+	a := live
+	if a == nil {
+		if a, err = openArrayWithout(ctx, cfg, dev, same); err != nil {
+			return "", err
 		}
-	}()
-	if err := checkNotMember(c.ctx, nd, newName, a.ID()); err != nil {
-		return fmt.Errorf("replace device %d: %w", dev, err)
+		defer func() {
+			if cerr := a.Close(); err == nil && cerr != nil {
+				err = cerr
+			}
+		}()
+	}
+	if err := checkNotMember(ctx, nd, newName, a.ID()); err != nil {
+		return "", fmt.Errorf("replace device %d: %w", dev, err)
 	}
 	if !same && a.DeviceState(dev) == mechanism.Healthy && !force {
-		return fmt.Errorf("replace device %d: %s is healthy: replacing it discards its contents, which rebuild restores from the other devices (values stored with hashing on it are lost); pass --force to replace it anyway", dev, oldName)
+		return "", fmt.Errorf("replace device %d: %s is healthy: replacing it discards its contents, which rebuild restores from the other devices (values stored with hashing on it are lost); pass --force to replace it anyway", dev, oldName)
 	}
 	adopted = true // from here on the array owns it, and closes it
-	if err := a.ReplaceDevice(c.ctx, dev, nd); err != nil {
-		return err
+	if adopt == nil {
+		adopt = func(nd device.Device) error { return a.ReplaceDevice(ctx, dev, nd) }
+	}
+	if err := adopt(nd); err != nil {
+		return "", err
 	}
 	if !same {
-		if err := config.SaveDevice(c.configPath, dev, spec); err != nil {
-			return fmt.Errorf("device %d replaced by %s, but the config file was not updated (set devices[%d] to %q in it by hand): %w", dev, newName, dev, spec, err)
+		if err := config.SaveDevice(configPath, dev, spec); err != nil {
+			return "", fmt.Errorf("device %d replaced by %s, but the config file was not updated (set devices[%d] to %q in it by hand): %w", dev, newName, dev, spec, err)
 		}
 	}
-	fmt.Fprintf(c.stdout, "device %d is now %s: new and empty, marked rebuilding", dev, newName)
+	msg := fmt.Sprintf("device %d is now %s: new and empty, marked rebuilding", dev, newName)
 	if !same {
-		fmt.Fprintf(c.stdout, " (was %s; %s updated)", oldName, c.configPath)
+		msg += fmt.Sprintf(" (was %s; %s updated)", oldName, configPath)
 	}
-	fmt.Fprintf(c.stdout, "\nrun 'kvarray rebuild %d' to restore its data\n", dev)
-	return nil
+	return msg + fmt.Sprintf("\nrun 'kvarray rebuild %d' to restore its data\n", dev), nil
 }
 
 // openNewDevice opens devices[dev] of cfg as a new device, creating it: a
@@ -395,8 +430,29 @@ func checkNotMember(ctx context.Context, d device.Device, name string, id array.
 
 // ---- rebuild and resync ----
 
-// heal runs a rebuild or resync of device dev and reports it.
-func (c *cli) heal(what string, dev int, asJSON bool, run func(*array.Array, []array.HealOption) (array.RebuildReport, error)) error {
+// heal runs a rebuild or resync of device dev and reports it: in the
+// kvarray serve that holds the array when one runs, else on the devices.
+func (c *cli) heal(what string, dev, workers int, asJSON bool, run func(*array.Array, []array.HealOption) (array.RebuildReport, error)) error {
+	cl, err := c.online()
+	if err != nil {
+		return err
+	}
+	if cl != nil {
+		defer cl.Close()
+		bar := c.newProgress(fmt.Sprintf("%s %d", what, dev), true)
+		var rep array.RebuildReport
+		err := remoteHeal(c.ctx, cl, bar, what, dev, &rep, "kvarray."+what, dev, "WORKERS", workers)
+		bar.finish()
+		if err != nil {
+			return err
+		}
+		st, serr := remoteStatus(c.ctx, cl)
+		state := "?"
+		if serr == nil && dev < len(st.Devices) {
+			state = st.Devices[dev].State
+		}
+		return c.reportHeal(what, dev, asJSON, rep, nil, false, state)
+	}
 	return c.withArray(func(a *array.Array) error {
 		if dev >= a.N() {
 			return fmt.Errorf("%s: device %d: the array has devices 0..%d", what, dev, a.N()-1)
@@ -405,30 +461,36 @@ func (c *cli) heal(what string, dev int, asJSON bool, run func(*array.Array, []a
 		if what == "rebuild" {
 			bar.note(fmt.Sprintf("rebuild %d: listing the keys of device %d on its neighbours...", dev, dev))
 		}
-		rep, err := run(a, bar.options())
+		rep, err := run(a, append(bar.options(), array.WithWorkers(workers)))
 		bar.finish()
 		interrupted := err != nil && c.ctx.Err() != nil
-		if err == nil || rep.Elapsed > 0 {
-			if asJSON {
-				if jerr := writeJSON(c.stdout, rep); jerr != nil {
-					return jerr
-				}
-			} else {
-				printHeal(c.stdout, what, rep, err, interrupted, a.DeviceState(dev))
-			}
-		}
-		switch {
-		case interrupted && what == "rebuild":
-			return fmt.Errorf("rebuild of device %d interrupted after %d keys: its progress is checkpointed on the device; run 'kvarray rebuild %d' again to resume", dev, rep.Keys, dev)
-		case interrupted:
-			return fmt.Errorf("resync of device %d interrupted after %d keys: the keys left are still recorded; run 'kvarray resync %d' again to finish", dev, rep.Keys, dev)
-		case err != nil:
-			return err
-		case rep.Failed > 0:
-			return fmt.Errorf("%s of device %d finished, but %d keys could not be repaired: they are lost (first: %s)", what, dev, rep.Failed, firstOr(rep.Errors, "?"))
-		}
-		return nil
+		return c.reportHeal(what, dev, asJSON, rep, err, interrupted, a.DeviceState(dev).String())
 	})
+}
+
+// reportHeal prints a rebuild's or resync's report and returns the error
+// the command ends with.
+func (c *cli) reportHeal(what string, dev int, asJSON bool, rep array.RebuildReport, err error, interrupted bool, state string) error {
+	if err == nil || rep.Elapsed > 0 {
+		if asJSON {
+			if jerr := writeJSON(c.stdout, rep); jerr != nil {
+				return jerr
+			}
+		} else {
+			printHeal(c.stdout, what, rep, err, interrupted, state)
+		}
+	}
+	switch {
+	case interrupted && what == "rebuild":
+		return fmt.Errorf("rebuild of device %d interrupted after %d keys: its progress is checkpointed on the device; run 'kvarray rebuild %d' again to resume", dev, rep.Keys, dev)
+	case interrupted:
+		return fmt.Errorf("resync of device %d interrupted after %d keys: the keys left are still recorded; run 'kvarray resync %d' again to finish", dev, rep.Keys, dev)
+	case err != nil:
+		return err
+	case rep.Failed > 0:
+		return fmt.Errorf("%s of device %d finished, but %d keys could not be repaired: they are lost (first: %s)", what, dev, rep.Failed, firstOr(rep.Errors, "?"))
+	}
+	return nil
 }
 
 func firstOr(s []string, def string) string {
@@ -438,7 +500,7 @@ func firstOr(s []string, def string) string {
 	return def
 }
 
-func printHeal(out io.Writer, what string, r array.RebuildReport, err error, interrupted bool, st mechanism.State) {
+func printHeal(out io.Writer, what string, r array.RebuildReport, err error, interrupted bool, st string) {
 	switch {
 	case interrupted:
 		fmt.Fprintf(out, "%s of device %d (%s) interrupted; run it again to %s\n", what, r.Dev, r.Name, map[bool]string{true: "resume", false: "finish"}[what == "rebuild"])
@@ -478,42 +540,75 @@ func printHeal(out io.Writer, what string, r array.RebuildReport, err error, int
 // ---- scrub ----
 
 func (c *cli) scrub(repair bool, workers int, asJSON bool) error {
+	cl, err := c.online()
+	if err != nil {
+		return err
+	}
+	if cl != nil {
+		defer cl.Close()
+		bar := c.newProgress("scrub", false)
+		args := []any{"kvarray.scrub", "WORKERS", workers}
+		if repair {
+			args = append(args, "REPAIR")
+		}
+		var rep array.ScrubReport
+		err := remoteHeal(c.ctx, cl, bar, "scrub", -1, &rep, args...)
+		bar.finish()
+		if err != nil {
+			return fmt.Errorf("scrub: %w", err)
+		}
+		var skipped []string
+		if st, err := remoteStatus(c.ctx, cl); err == nil {
+			for _, d := range st.Devices {
+				if d.State == mechanism.Failed.String() {
+					skipped = append(skipped, strconv.Itoa(d.Index))
+				}
+			}
+		}
+		return c.reportScrub(rep, nil, false, repair, asJSON, skipped)
+	}
 	return c.withArray(func(a *array.Array) error {
 		bar := c.newProgress("scrub", false)
 		rep, err := a.Scrub(c.ctx, repair, append(bar.options(), array.WithWorkers(workers))...)
 		bar.finish()
 		interrupted := err != nil && c.ctx.Err() != nil
-		var unrecoverable int64
-		for _, m := range rep.Mechanisms {
-			unrecoverable += m.Unrecoverable
-		}
-		if err == nil || rep.Elapsed > 0 {
-			if asJSON {
-				if jerr := writeJSON(c.stdout, rep); jerr != nil {
-					return jerr
-				}
-			} else {
-				var skipped []string
-				for i := 0; i < a.N(); i++ {
-					if a.DeviceState(i) == mechanism.Failed {
-						skipped = append(skipped, strconv.Itoa(i))
-					}
-				}
-				printScrub(c.stdout, rep, interrupted, skipped)
+		var skipped []string
+		for i := 0; i < a.N(); i++ {
+			if a.DeviceState(i) == mechanism.Failed {
+				skipped = append(skipped, strconv.Itoa(i))
 			}
 		}
-		switch {
-		case interrupted:
-			return fmt.Errorf("scrub interrupted after %d keys", rep.Keys)
-		case err != nil:
-			return fmt.Errorf("scrub: %w", err)
-		case unrecoverable > 0:
-			return fmt.Errorf("scrub: %d keys are unrecoverable (first: %s)", unrecoverable, firstOr(rep.Errors, "?"))
-		case rep.Problems() > 0 && !repair:
-			c.exit = exitNo
-		}
-		return nil
+		return c.reportScrub(rep, err, interrupted, repair, asJSON, skipped)
 	})
+}
+
+// reportScrub prints a scrub's report and sets or returns how the command
+// ends.
+func (c *cli) reportScrub(rep array.ScrubReport, err error, interrupted, repair, asJSON bool, skipped []string) error {
+	var unrecoverable int64
+	for _, m := range rep.Mechanisms {
+		unrecoverable += m.Unrecoverable
+	}
+	if err == nil || rep.Elapsed > 0 {
+		if asJSON {
+			if jerr := writeJSON(c.stdout, rep); jerr != nil {
+				return jerr
+			}
+		} else {
+			printScrub(c.stdout, rep, interrupted, skipped)
+		}
+	}
+	switch {
+	case interrupted:
+		return fmt.Errorf("scrub interrupted after %d keys", rep.Keys)
+	case err != nil:
+		return fmt.Errorf("scrub: %w", err)
+	case unrecoverable > 0:
+		return fmt.Errorf("scrub: %d keys are unrecoverable (first: %s)", unrecoverable, firstOr(rep.Errors, "?"))
+	case rep.Problems() > 0 && !repair:
+		c.exit = exitNo
+	}
+	return nil
 }
 
 func printScrub(out io.Writer, r array.ScrubReport, interrupted bool, skipped []string) {

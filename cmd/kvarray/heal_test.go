@@ -52,7 +52,7 @@ func checkValues(t *testing.T, vals map[string][]byte, when string) {
 func status(t *testing.T) array.Status {
 	t.Helper()
 	var st array.Status
-	if err := json.Unmarshal([]byte(ok(t, nil, "status", "--json")), &st); err != nil {
+	if err := json.Unmarshal([]byte(statusOut(t, -1, "--json")), &st); err != nil {
 		t.Fatalf("status --json: %v", err)
 	}
 	return st
@@ -115,7 +115,7 @@ func TestHealReplaceRebuild(t *testing.T) {
 	if d := wantState(t, 2, "failed"); d.ResyncKeys == 0 {
 		t.Errorf("device 2 missed degraded writes, but status lists no keys to resync: %+v", d)
 	}
-	human := ok(t, nil, "status")
+	human := statusOut(t, healthDegraded)
 	if !strings.Contains(human, "RESYNC") {
 		t.Errorf("status has no RESYNC column:\n%s", human)
 	}
@@ -132,7 +132,7 @@ func TestHealReplaceRebuild(t *testing.T) {
 	if d := wantState(t, 2, "rebuilding"); d.ResyncKeys != 0 {
 		t.Errorf("a replaced device keeps the old one's resync record: %+v", d)
 	}
-	if !strings.Contains(ok(t, nil, "status"), "rebuilding") {
+	if !strings.Contains(statusOut(t, healthDegraded), "rebuilding") {
 		t.Error("human status does not show rebuilding")
 	}
 	// The device is now a member: replacing it again needs it wiped.
@@ -240,7 +240,7 @@ func TestHealResync(t *testing.T) {
 	if d.ResyncKeys == 0 || d.ResyncKeys != missed {
 		t.Errorf("returned device: %d keys to resync, %d recorded while it was away", d.ResyncKeys, missed)
 	}
-	human := ok(t, nil, "status")
+	human := statusOut(t, healthDegraded)
 	if !strings.Contains(human, "degraded-behind") || !strings.Contains(human, fmt.Sprintf("degraded-behind  %d ", missed)) {
 		t.Errorf("status does not show device 2 behind by %d keys:\n%s", missed, human)
 	}

@@ -227,14 +227,14 @@ func TestMissingDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st array.Status
-	if err := json.Unmarshal([]byte(ok(t, nil, "status", "--json")), &st); err != nil {
+	if err := json.Unmarshal([]byte(statusOut(t, healthDegraded, "--json")), &st); err != nil {
 		t.Fatal(err)
 	}
 	d := st.Devices[2]
 	if d.Name != "pebble:"+dev || d.State != "failed" || !strings.Contains(d.Reason, "does not exist") {
 		t.Errorf("missing device in status: %+v", d)
 	}
-	human := ok(t, nil, "status")
+	human := statusOut(t, healthDegraded)
 	if !strings.Contains(human, "2       pebble:"+dev+"  failed") {
 		t.Errorf("status does not report device 2 as failed:\n%s", human)
 	}

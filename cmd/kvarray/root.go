@@ -60,17 +60,18 @@ func (c *cli) root() *cobra.Command {
 		Use:   "kvarray",
 		Short: "A RAID-like reliability layer over key-value devices",
 		Long: `kvarray stores each value over several key-value devices with a reliability
-mechanism (hashing, replication, splitting) chosen by size or per call, so
+mechanism (hashing, replication, splitting, packing) chosen by size or per call, so
 that values survive failed and corrupt devices.`,
 		// Runtime errors are reported by run as one line; a usage dump
 		// would bury them.
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.CompletionOptions.DisableDefaultCmd = true
+	root.Version = version()
+	root.SetVersionTemplate("kvarray {{.Version}}\n")
 	root.PersistentFlags().StringVar(&c.configPath, "config", config.FileName, "config `FILE`")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{cmd, err} })
-	root.AddCommand(c.initCmd(), c.putCmd(), c.getCmd(), c.delCmd(), c.existsCmd(), c.lsCmd(), c.statusCmd(), c.replaceCmd(), c.rebuildCmd(), c.resyncCmd(), c.scrubCmd(), c.serveCmd(), c.benchCmd(), c.mttdlCmd())
+	root.AddCommand(c.initCmd(), c.putCmd(), c.getCmd(), c.delCmd(), c.existsCmd(), c.lsCmd(), c.statusCmd(), c.replaceCmd(), c.rebuildCmd(), c.resyncCmd(), c.scrubCmd(), c.failCmd(), c.serveCmd(), c.benchCmd(), c.mttdlCmd())
 	return root
 }
 

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/kvarray/kvarray/array"
 	"github.com/kvarray/kvarray/config"
 	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/metrics"
 	"github.com/kvarray/kvarray/server"
 )
 
@@ -26,9 +29,9 @@ import (
 const shutdownTimeout = 30 * time.Second
 
 func (c *cli) serveCmd() *cobra.Command {
-	var listen string
+	var o serveFlags
 	cmd := &cobra.Command{
-		Use:   "serve [--listen ADDR]",
+		Use:   "serve [--listen ADDR] [--metrics-listen ADDR] [--log-format text|json]",
 		Short: "Serve the array over the Redis protocol (redis-cli, Redis clients)",
 		Long: `serve opens the array of the config file and serves it over the Redis
 protocol (RESP2) on ADDR (default 127.0.0.1:6380), until SIGINT or SIGTERM:
@@ -39,40 +42,176 @@ With no --config and no ./kvarray.yaml, serve creates the default array
 first: 6 Pebble devices under ./data in hybrid mode, with its config
 written to ./kvarray.yaml so that the other commands see the same array.
 
-Commands: PING ECHO GET SET (NX, XX) DEL EXISTS MGET MSET STRLEN TYPE TTL
-PTTL SCAN KEYS DBSIZE INFO COMMAND HELLO AUTH CLIENT SELECT CONFIG QUIT, and
-KVARRAY.STATUS, KVARRAY.SET key value RM, KVARRAY.FAIL DEV and
-KVARRAY.RECOVER DEV (mem devices). The admin commands have no access
-control: listen on a trusted address only.`,
+While it runs, 'kvarray status', 'replace', 'rebuild', 'resync', 'scrub'
+and 'fail' reach it through its admin socket beside the config file
+(.kvarray.yaml.sock) and work on the array online.
+
+Security (kvarray.yaml, as Redis 7): requirepass sets the default user's
+password; users: [{name, password, role: data|admin}] adds ACL users
+(data users may not run KVARRAY.*, FLUSHALL, FLUSHDB, CONFIG SET,
+SHUTDOWN, DEBUG); tls_port with tls_cert_file and tls_key_file serves
+TLS too (tls_ca_cert_file: clients must present a certificate it signed).
+Protected mode (protected_mode, default true) refuses to listen beyond
+loopback without requirepass.
+
+--metrics-listen (or metrics_listen) serves Prometheus metrics on
+http://ADDR/metrics. Events (devices failed or back, rebuild, resync and
+scrub started, progress, finished) are logged on standard error with
+log/slog, as text or, with --log-format json (or log_format), JSON.`,
 		Args: args(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.serve(listen, cmd.Flags().Changed("config"))
+			if o.logFormat != "" && o.logFormat != "text" && o.logFormat != "json" {
+				return usageError{cmd, fmt.Errorf("--log-format %q: want text or json", o.logFormat)}
+			}
+			return c.serve(o, cmd.Flags().Changed("config"))
 		},
 	}
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:6380", "listen on TCP address `ADDR`")
+	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:6380", "listen on TCP address `ADDR`")
+	cmd.Flags().StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on `ADDR` (default: metrics_listen of the config; none)")
+	cmd.Flags().StringVar(&o.logFormat, "log-format", "", "log events as `text` or json (default: log_format of the config, else text)")
 	return cmd
 }
 
-func (c *cli) serve(listen string, explicitConfig bool) error {
+type serveFlags struct {
+	listen, metricsListen, logFormat string
+}
+
+func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
 	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	a, devs, err := c.openForServe(ctx, explicitConfig)
+	cfg, err := c.serveConfig(ctx, explicitConfig)
 	if err != nil {
 		return err
 	}
-	l, err := net.Listen("tcp", listen)
+	sc := cfg.Serve
+	if o.metricsListen == "" {
+		o.metricsListen = sc.MetricsListen
+	}
+	if o.logFormat == "" {
+		o.logFormat = sc.LogFormat
+	}
+	log := newLogger(c.stderr, o.logFormat)
+	if err := protectedMode(o.listen, &sc); err != nil {
+		return err
+	}
+	sock, err := adminSocket(c.configPath)
 	if err != nil {
-		err = fmt.Errorf("serve: %w", err)
+		return fmt.Errorf("serve: %w", err)
+	}
+	if cl, _ := dialAdmin(ctx, sock); cl != nil {
+		cl.Close()
+		return fmt.Errorf("serve: a kvarray serve already holds the array of %s (it answers on %s): stop it first, or use it ('kvarray status')", c.configPath, sock)
+	}
+	_ = os.Remove(sock) // left by a server that died
+
+	var m *metrics.Metrics
+	if o.metricsListen != "" {
+		m = metrics.New()
+	}
+	a, devs, slots, err := c.openForServe(ctx, cfg, m)
+	if err != nil {
+		return err
+	}
+	// Listeners: closed by srv.Shutdown once served; by undo until then.
+	var ls []net.Listener
+	undo := func(err error) error {
+		for _, l := range ls {
+			l.Close()
+		}
 		if cerr := a.Close(); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 		return err
 	}
-	srv := server.New(a, server.WithDevices(devs))
-	served := make(chan error, 1)
+	l, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return undo(fmt.Errorf("serve: %w", err))
+	}
+	ls = append(ls, l)
+	var tlsL net.Listener
+	if sc.TLSPort > 0 {
+		if tlsL, err = listenTLS(cfg, o.listen); err != nil {
+			return undo(fmt.Errorf("serve: %w", err))
+		}
+		ls = append(ls, tlsL)
+	}
+	ul, err := net.Listen("unix", sock)
+	if err != nil {
+		return undo(fmt.Errorf("serve: admin socket: %w", err))
+	}
+	ls = append(ls, ul)
+	if err := os.Chmod(sock, 0o600); err != nil {
+		return undo(fmt.Errorf("serve: admin socket: %w", err))
+	}
+	var ml net.Listener
+	if m != nil {
+		if ml, err = net.Listen("tcp", o.metricsListen); err != nil {
+			return undo(fmt.Errorf("serve: --metrics-listen: %w", err))
+		}
+	}
+
+	users := make([]server.User, len(sc.Users))
+	for i, u := range sc.Users {
+		users[i] = server.User{Name: u.Name, Password: u.Password, Admin: u.Role == config.RoleAdmin}
+	}
+	var replaceMu sync.Mutex
+	opts := []server.Option{server.WithDevices(devs), server.WithAuth(sc.Requirepass, users...), server.WithLogger(log),
+		server.WithReplacer(func(ctx context.Context, a *array.Array, dev int, spec string, force bool) (string, error) {
+			replaceMu.Lock()
+			defer replaceMu.Unlock()
+			cfg, err := config.Load(c.configPath)
+			if err != nil {
+				return "", err
+			}
+			adopt := func(nd device.Device) error {
+				if m != nil {
+					name := spec
+					if name == "" {
+						name, _ = cfg.DeviceName(dev)
+					}
+					nd = m.WrapDevice(dev, name, nd)
+				}
+				return adoptInSlot(ctx, a, slots[dev], dev, nd)
+			}
+			return replaceDevice(ctx, c.configPath, cfg, a, dev, spec, force, adopt)
+		})}
+	if m != nil {
+		opts = append(opts, server.WithCommandObserver(m.ObserveCommand), server.WithStoreObserver(m.ObserveStore))
+	}
+	srv := server.New(a, opts...)
+	served := make(chan error, 3)
 	go func() { served <- srv.Serve(l) }()
+	if tlsL != nil {
+		go func() { served <- srv.Serve(tlsL) }()
+	}
+	go func() { served <- srv.ServeAdmin(ul) }()
 	fmt.Fprintf(c.stdout, "kvarray serve: array %s (%s, %d devices) listening on %s\n", a.ID(), a.Mode(), a.N(), l.Addr())
-	fmt.Fprintf(c.stdout, "connect with: %s\n", connectHint(l.Addr()))
+	if tlsL != nil {
+		fmt.Fprintf(c.stdout, "TLS on %s\n", tlsL.Addr())
+	}
+	fmt.Fprintf(c.stdout, "admin socket %s\n", sock)
+	var hs *http.Server
+	if m != nil {
+		m.Watch(a, srv)
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", m.Handler())
+		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := hs.Serve(ml); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics listener failed", "err", err)
+			}
+		}()
+		fmt.Fprintf(c.stdout, "metrics on http://%s/metrics\n", ml.Addr())
+	}
+	hint := connectHint(l.Addr())
+	if srv.RequiresPassword() {
+		hint += " -a PASSWORD"
+	}
+	fmt.Fprintf(c.stdout, "connect with: %s\n", hint)
+	log.Info("serving", "array", a.ID().String(), "listen", l.Addr().String(), "devices", a.N())
+	watchDone := make(chan struct{})
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	go func() { defer close(watchDone); watchStates(watchCtx, a, log, time.Second) }()
 
 	var serveErr error
 	select {
@@ -87,53 +226,74 @@ func (c *cli) serve(listen string, explicitConfig bool) error {
 			serveErr = fmt.Errorf("serve: %w", err)
 		}
 	case err := <-served:
-		// The listener failed: stop serving the connections too.
+		// A listener failed: stop serving the connections too.
 		serveErr = fmt.Errorf("serve: %w", err)
 		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
 		srv.Shutdown(sctx)
 	}
+	stopWatch()
+	<-watchDone
+	if hs != nil {
+		hs.Close()
+	}
 	if err := a.Close(); err != nil {
 		serveErr = errors.Join(serveErr, fmt.Errorf("serve: closing the array: %w", err))
 	}
 	if serveErr == nil {
+		log.Info("stopped")
 		fmt.Fprintln(c.stdout, "kvarray serve: stopped")
 	}
 	return serveErr
 }
 
-// openForServe opens the array of the config file, or creates the default
-// one first when there is no config file and none was asked for. It opens
-// the devices itself, to give them to the server (KVARRAY.FAIL and
-// RECOVER work on mem devices) and to open the array with the options of
-// a long-running process (automatic resync).
-func (c *cli) openForServe(ctx context.Context, explicitConfig bool) (*array.Array, []device.Device, error) {
+// serveConfig loads the config file, or creates the default array and
+// its config first when there is none and none was asked for.
+func (c *cli) serveConfig(ctx context.Context, explicitConfig bool) (*config.Config, error) {
 	cfg, err := config.Load(c.configPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		if explicitConfig {
-			return nil, nil, fmt.Errorf("config file %s does not exist (create one with 'kvarray init', or run serve without --config for the default array)", c.configPath)
+			return nil, fmt.Errorf("config file %s does not exist (create one with 'kvarray init', or run serve without --config for the default array)", c.configPath)
 		}
-		cfg, err = c.createDefault(ctx)
+		return c.createDefault(ctx)
 	}
-	if err != nil {
-		return nil, nil, err
-	}
+	return cfg, err
+}
+
+// openForServe opens the array of cfg. It opens the devices itself, to
+// give them to the server (KVARRAY.FAIL and RECOVER work on mem devices),
+// to wrap them for metrics (m, when not nil) and in slots (online
+// replace), and to open the array with the options of a long-running
+// process (automatic resync). It returns the devices unwrapped, and the
+// slots.
+func (c *cli) openForServe(ctx context.Context, cfg *config.Config, m *metrics.Metrics) (*array.Array, []device.Device, []*slot, error) {
 	// mem devices are new at every open: their array is created.
 	mem := allMem(cfg)
 	devs := config.OpenDevices(cfg, mem)
+	slots := make([]*slot, len(devs))
+	used := make([]device.Device, len(devs))
+	for i, d := range devs {
+		if m != nil {
+			name, _ := cfg.DeviceName(i)
+			d = m.WrapDevice(i, name, d)
+		}
+		slots[i] = newSlot(d)
+		used[i] = slots[i]
+	}
 	var a *array.Array
+	var err error
 	if mem {
-		a, err = array.Create(ctx, devs, cfg.ServeOptions()...)
+		a, err = array.Create(ctx, used, cfg.ServeOptions()...)
 	} else if err = someAnswers(ctx, cfg, devs); err == nil {
-		a, err = array.Open(ctx, devs, cfg.ServeOptions()...)
+		a, err = array.Open(ctx, used, cfg.ServeOptions()...)
 	}
 	if err != nil {
 		for _, d := range devs {
 			d.Close()
 		}
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return a, devs, nil
+	return a, devs, slots, nil
 }
 
 // someAnswers fails, as config.OpenConfig does, when no device could be

@@ -51,13 +51,13 @@ type serving struct {
 	code        chan int
 }
 
-// serve runs `kvarray [args] serve --listen 127.0.0.1:0` in-process and
+// serve runs `kvarray serve --listen 127.0.0.1:0 [args]` in-process and
 // waits until it listens.
 func serve(t testing.TB, args ...string) *serving {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &serving{out: &syncBuffer{}, errOut: &syncBuffer{}, cancel: cancel, code: make(chan int, 1)}
-	args = append(args, "serve", "--listen", "127.0.0.1:0")
+	args = append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)
 	go func() { s.code <- run(ctx, args, bytes.NewReader(nil), s.out, s.errOut) }()
 	for deadline := time.Now().Add(2 * time.Minute); ; {
 		if m := listening.FindStringSubmatch(s.out.String()); m != nil {
@@ -81,7 +81,7 @@ func (s *serving) stop(t testing.TB) {
 	s.cancel()
 	select {
 	case code := <-s.code:
-		if code != 0 || s.errOut.String() != "" || !strings.HasSuffix(s.out.String(), "kvarray serve: stopped\n") {
+		if code != 0 || strings.Contains(s.errOut.String(), "level=ERROR") || !strings.HasSuffix(s.out.String(), "kvarray serve: stopped\n") {
 			t.Errorf("kvarray serve exited with %d, stdout %q, stderr %q", code, s.out, s.errOut)
 		}
 	case <-time.After(time.Minute):

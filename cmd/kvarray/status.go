@@ -1,27 +1,45 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
 	"text/tabwriter"
+	"time"
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
-	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/config"
 )
 
+// watchEvery is how often status --watch redraws (a variable for tests).
+var watchEvery = 2 * time.Second
+
 func (c *cli) statusCmd() *cobra.Command {
-	var asJSON bool
+	var asJSON, watch bool
 	cmd := &cobra.Command{
-		Use:   "status [--json]",
-		Short: "Report devices, objects per mechanism and storage overhead",
-		Long: `status reports every device (index, name, state, keys to resync, keys,
-used bytes, and why it failed), the objects and user bytes per mechanism,
-and the storage overhead: bytes on the devices per user byte. It reads every object's
-header, so it takes a pass over the keys. --json prints the same as JSON.
+		Use:   "status [--json] [--watch]",
+		Short: "Report the array's health, devices, objects per mechanism and storage overhead",
+		Long: `status starts with the array's health in one line:
+  clean                                    every device healthy
+  degraded: device 2 failed, tolerates 1 more device
+  rebuilding device 2: 43% ETA 1m20s       (a rebuild running in kvarray serve)
+  data at risk: ...                        more devices lost than a mechanism
+                                           in use tolerates, or unreadable objects
+then every device (index, name, state, keys to resync, keys, used bytes,
+capacity and free space where the device has a capacity, and why it
+failed), the objects and user bytes per mechanism, and the storage
+overhead: bytes on the devices per user byte. It reads every object's
+header, so it takes a pass over the keys. --json prints the same as JSON,
+with "health" and "exit_code". --watch redraws it every 2 seconds until ^C.
+
+While 'kvarray serve' holds the array, status asks it (through the admin
+socket beside the config file), and shows the rebuild, resync or scrub it
+runs and when it last scrubbed.
+
+Exit status, as mdadm --detail --test: 0 clean, 1 degraded, 2 data at
+risk or error.
 
 A device's state is one of:
   healthy          serving, and holding everything that belongs on it
@@ -32,37 +50,112 @@ A device's state is one of:
                    ('kvarray rebuild DEV')`,
 		Args: args(0, 0, "no arguments"),
 		RunE: func(_ *cobra.Command, _ []string) error {
-			return c.withArray(func(a *array.Array) error {
-				st, err := a.Status(c.ctx)
-				if err != nil {
+			if !watch {
+				return c.status(asJSON, false)
+			}
+			for {
+				if err := c.status(asJSON, true); err != nil {
 					return err
 				}
-				if asJSON {
-					enc := json.NewEncoder(c.stdout)
-					enc.SetIndent("", "  ")
-					return enc.Encode(st)
+				select {
+				case <-c.ctx.Done():
+					return nil
+				case <-time.After(watchEvery):
 				}
-				return printStatus(c.stdout, st)
-			})
+			}
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
+	cmd.Flags().BoolVar(&watch, "watch", false, "redraw every 2 seconds until interrupted")
 	return cmd
 }
 
-func printStatus(out io.Writer, st array.Status) error {
+// statusReport is what status --json prints.
+type statusReport struct {
+	Health   string `json:"health"`
+	ExitCode int    `json:"exit_code"`
+	serverStatus
+}
+
+// status prints the status once and sets the exit code from the health.
+func (c *cli) status(asJSON, redraw bool) error {
+	cfg, err := c.loadConfig()
+	if err != nil {
+		return err
+	}
+	cl, err := c.online()
+	if err != nil {
+		return err
+	}
+	var st serverStatus
+	if cl != nil {
+		defer cl.Close()
+		if st, err = remoteStatus(c.ctx, cl); err != nil {
+			return err
+		}
+		// The server names devices as they were when it started; the
+		// config file names them as replaced since.
+		for i := range st.Devices {
+			if i >= len(cfg.Devices) {
+				break
+			}
+			if name, err := cfg.DeviceName(i); err == nil {
+				st.Devices[i].Name = name
+			}
+		}
+	} else {
+		a, err := config.OpenConfig(c.ctx, cfg)
+		if err != nil {
+			return err
+		}
+		st.Status, err = a.Status(c.ctx)
+		if cerr := a.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	line, code := health(cfg, st.Status, st.Tasks)
+	c.exit = code
+	if redraw {
+		if _, tty := terminal(c.stdout); tty {
+			fmt.Fprint(c.stdout, "\x1b[H\x1b[2J")
+		}
+	}
+	if asJSON {
+		return writeJSON(c.stdout, statusReport{Health: line, ExitCode: code, serverStatus: st})
+	}
+	fmt.Fprintln(c.stdout, line)
+	return printStatus(c.stdout, st)
+}
+
+func printStatus(out io.Writer, ss serverStatus) error {
+	st := ss.Status
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "array %s, mode %s, default mechanism %s\n\n", st.ID, st.Mode, st.Default)
-	fmt.Fprintln(w, "DEVICE\tNAME\tSTATE\tRESYNC\tKEYS\tUSED\tREASON")
+	fmt.Fprintf(w, "array %s, mode %s, default mechanism %s\n", st.ID, st.Mode, st.Default)
+	for _, t := range ss.Tasks {
+		what := t.Kind
+		if t.Dev >= 0 {
+			what += " of device " + strconv.Itoa(t.Dev)
+		}
+		fmt.Fprintf(w, "running: %s, %s keys of %s, %s\n", what, humanize.Comma(t.Keys), humanize.Comma(t.Total), taskProgress(t))
+	}
+	if ss.LastScrub != nil {
+		fmt.Fprintf(w, "last scrub: %s\n", humanize.Time(*ss.LastScrub))
+	}
+	fmt.Fprintln(w, "\nDEVICE\tNAME\tSTATE\tRESYNC\tKEYS\tUSED\tCAPACITY\tFREE\tREASON")
 	for _, d := range st.Devices {
 		keys, used := strconv.FormatInt(d.Keys, 10), humanize.IBytes(uint64(d.Used))
+		capacity, free := "-", "-"
 		if d.Capacity > 0 {
-			used += " of " + humanize.IBytes(uint64(d.Capacity))
+			capacity = humanize.IBytes(uint64(d.Capacity))
+			free = humanize.IBytes(uint64(max(0, d.Capacity-d.Used)))
 		}
 		if d.State == "failed" && d.Keys == 0 && d.Used == 0 {
 			keys, used = "-", "-"
 		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\t%s", d.Index, d.Name, d.State, d.ResyncKeys, keys, used)
+		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s", d.Index, d.Name, d.State, d.ResyncKeys, keys, used, capacity, free)
 		if d.Reason != "" {
 			// Only here, so that rows without a reason end unpadded.
 			fmt.Fprintf(w, "\t%s", oneLine(d.Reason))

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/server"
+)
+
+// Admin through the server. `kvarray serve` holds the array's devices
+// (Pebble locks its directories), so while it runs the other commands
+// cannot open them: it listens on an admin socket beside the config file
+// (.kvarray.yaml.sock for kvarray.yaml), a unix socket only its owner can
+// open, whose connections are the default user. status, replace, rebuild,
+// resync, scrub and fail look for it first and run there, online; when
+// none answers, they open the devices themselves.
+
+// maxSocketPath is the longest unix socket path every platform takes
+// (sockaddr_un's sun_path is 104 bytes on BSDs, 108 on Linux).
+const maxSocketPath = 103
+
+// adminSocket returns the admin socket path for the config file at
+// configPath.
+func adminSocket(configPath string) (string, error) {
+	abs, err := filepath.Abs(configPath)
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(filepath.Dir(abs), "."+filepath.Base(abs)+".sock")
+	if len(p) > maxSocketPath {
+		return "", fmt.Errorf("admin socket path %s is %d bytes, over the %d a unix socket allows (move the config file to a shorter path)", p, len(p), maxSocketPath)
+	}
+	return p, nil
+}
+
+// dialAdmin connects to the admin socket at path; it returns nil, nil
+// when no server answers there (no socket, or one left by a server that
+// died).
+func dialAdmin(ctx context.Context, path string) (*redis.Client, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, nil
+	}
+	cl := redis.NewClient(&redis.Options{
+		Network: "unix", Addr: path, MaxRetries: -1, PoolSize: 4,
+		DialTimeout: 2 * time.Second,
+		// Rebuilds and scrubs take as long as they take; ^C (the
+		// context) ends the wait, not a timeout.
+		ReadTimeout: -1, ContextTimeoutEnabled: true,
+		// No CLIENT SETINFO / HELLO 3 probing: one round trip less.
+		DisableIdentity: true, Protocol: 2,
+	})
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := cl.Ping(pctx).Err(); err != nil {
+		cl.Close()
+		var ne *net.OpError
+		if errors.As(err, &ne) && ne.Op == "dial" {
+			return nil, nil // a socket file nobody listens on
+		}
+		return nil, fmt.Errorf("the kvarray server of %s does not answer on its admin socket %s: %w", path, path, err)
+	}
+	return cl, nil
+}
+
+// online returns a client of the `kvarray serve` that holds the config's
+// array, or nil when none runs.
+func (c *cli) online() (*redis.Client, error) {
+	path, err := adminSocket(c.configPath)
+	if err != nil {
+		return nil, nil // serve could not have listened there either
+	}
+	return dialAdmin(c.ctx, path)
+}
+
+// serverStatus is what the server reports of the array: its Status and
+// the heal operations running.
+type serverStatus struct {
+	array.Status
+	Tasks     []server.Task `json:"tasks,omitempty"`
+	LastScrub *time.Time    `json:"last_scrub,omitempty"`
+}
+
+// remoteJSON runs an admin command whose reply is JSON, into v.
+func remoteJSON(ctx context.Context, cl *redis.Client, v any, args ...any) error {
+	b, err := cl.Do(ctx, args...).Text()
+	if err != nil {
+		return remoteError(err)
+	}
+	if err := json.Unmarshal([]byte(b), v); err != nil {
+		return fmt.Errorf("%v: the server's reply is not what this kvarray expects (%w): is it the same version?", args[0], err)
+	}
+	return nil
+}
+
+// remoteError strips the RESP error code the server added, so that the
+// message reads as the offline command's would.
+func remoteError(err error) error {
+	var re redis.Error
+	if errors.As(err, &re) {
+		msg := re.Error()
+		if len(msg) > 4 && msg[:4] == "ERR " {
+			msg = msg[4:]
+		}
+		return errors.New(msg)
+	}
+	return fmt.Errorf("kvarray serve (admin socket): %w", err)
+}
+
+// remoteStatus fetches the status and the running tasks.
+func remoteStatus(ctx context.Context, cl *redis.Client) (serverStatus, error) {
+	var st serverStatus
+	if err := remoteJSON(ctx, cl, &st.Status, "kvarray.status"); err != nil {
+		return st, err
+	}
+	var pr progressReply
+	if err := remoteJSON(ctx, cl, &pr, "kvarray.progress"); err != nil {
+		return st, err
+	}
+	st.Tasks, st.LastScrub = pr.Tasks, pr.LastScrub
+	return st, nil
+}
+
+// progressReply is KVARRAY.PROGRESS's reply.
+type progressReply struct {
+	Tasks     []server.Task `json:"tasks"`
+	LastScrub *time.Time    `json:"last_scrub,omitempty"`
+}
+
+// remoteHeal runs a heal command on the server, feeding bar from the
+// server's progress of the task (kind, dev) meanwhile, and decodes the
+// report into rep.
+func remoteHeal(ctx context.Context, cl *redis.Client, bar *progress, kind string, dev int, rep any, args ...any) error {
+	stop := make(chan struct{})
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		if bar == nil {
+			return
+		}
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			var pr progressReply
+			if remoteJSON(ctx, cl, &pr, "kvarray.progress") != nil {
+				continue
+			}
+			for _, tk := range pr.Tasks {
+				if tk.Kind == kind && tk.Dev == dev {
+					bar.update(array.Progress{Dev: dev, Keys: tk.Keys, Total: tk.Total, Bytes: tk.Bytes, Failed: tk.Failed, Elapsed: tk.Elapsed})
+				}
+			}
+		}
+	}()
+	err := remoteJSON(ctx, cl, rep, args...)
+	close(stop)
+	<-polled
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%s: stopped waiting; the %s goes on in the server ('kvarray status' shows its progress)", kind, kind)
+	}
+	return err
+}
+
+func (c *cli) failCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "fail DEV",
+		Short: "Fail device DEV in a running kvarray serve (mem devices: to test healing)",
+		Long: `fail marks device DEV failed in the array that 'kvarray serve' holds, through
+its admin socket (KVARRAY.FAIL): every operation on the device fails until
+'kvarray rebuild DEV' or KVARRAY.RECOVER. Only mem devices can be failed on
+command; a real device fails by itself (unreachable, removed), and
+'kvarray replace DEV' then swaps it out. Without a running server there is
+nothing to fail: a device's failed state lives in the process that holds
+the array.`,
+		Args: args(1, 1, "DEV"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dev, err := parseDev(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			cl, err := c.online()
+			if err != nil {
+				return err
+			}
+			if cl == nil {
+				return fmt.Errorf("fail: no kvarray serve holds the array of %s: a device's failed state lives in the serving process", c.configPath)
+			}
+			defer cl.Close()
+			if err := cl.Do(c.ctx, "kvarray.fail", dev).Err(); err != nil {
+				return remoteError(err)
+			}
+			fmt.Fprintf(c.stdout, "device %d failed\n", dev)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kvarray/kvarray/array"
+)
+
+// load writes values through redis clients until stopped, overwriting a
+// fixed set of keys per writer, and remembers the last value each key was
+// acknowledged with. Any client error fails the test.
+type load struct {
+	t       *testing.T
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	acked   map[string][]byte
+	writes  atomic.Int64
+	errs    atomic.Int64
+	lastErr atomic.Value
+}
+
+func startLoad(t *testing.T, rdb *redis.Client, writers, keys int) *load {
+	l := &load{t: t, stop: make(chan struct{}), acked: map[string][]byte{}}
+	sizes := []int{10, 700, 5000, 12000, 40000}
+	for w := range writers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			ctx := context.Background()
+			for i := 0; ; i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				k := fmt.Sprintf("w%d-k%d", w, i%keys)
+				v := bytes.Repeat([]byte{byte('a' + i%26)}, sizes[i%len(sizes)])
+				v = append(v, fmt.Sprintf("-%d-%d", w, i)...)
+				if err := rdb.Set(ctx, k, v, 0).Err(); err != nil {
+					l.errs.Add(1)
+					l.lastErr.Store(err.Error())
+					continue
+				}
+				l.writes.Add(1)
+				l.mu.Lock()
+				l.acked[k] = v
+				l.mu.Unlock()
+			}
+		}()
+	}
+	return l
+}
+
+// finish stops the writers and checks that no client saw an error and
+// that every acknowledged value reads back as acknowledged.
+func (l *load) finish(rdb *redis.Client) {
+	l.t.Helper()
+	close(l.stop)
+	l.wg.Wait()
+	if n := l.errs.Load(); n > 0 {
+		l.t.Errorf("%d client errors under load (last: %v)", n, l.lastErr.Load())
+	}
+	ctx := context.Background()
+	for k, want := range l.acked {
+		got, err := rdb.Get(ctx, k).Bytes()
+		if err != nil || !bytes.Equal(got, want) {
+			l.t.Errorf("GET %s after the load: %d bytes, %v; want the %d bytes acknowledged", k, len(got), err, len(want))
+		}
+	}
+}
+
+// TestAdminOnline: while `kvarray serve` holds a Pebble array and redis
+// clients write to it, status, replace, rebuild and scrub run through the
+// server's admin socket: no client sees an error, and every acknowledged
+// value reads back after the rebuild. Invariant: nothing acknowledged is
+// lost or returned wrong.
+func TestAdminOnline(t *testing.T) {
+	dir := fresh(t, 6)
+	s := serve(t)
+	rdb := s.client(t)
+	fails(t, nil, []string{"serve", "--listen", "127.0.0.1:0"}, "a kvarray serve already holds the array of kvarray.yaml", ".kvarray.yaml.sock")
+	l := startLoad(t, rdb, 4, 50)
+	waitWrites(t, l, 200)
+
+	var st statusReport
+	if err := json.Unmarshal([]byte(statusOut(t, healthClean, "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Health != "clean" || len(st.Devices) != 6 {
+		t.Errorf("status --json through the server: health %q, %d devices", st.Health, len(st.Devices))
+	}
+
+	// A healthy device swapped for a new one, online.
+	newDev := filepath.Join(dir, "new2")
+	out := ok(t, nil, "replace", "2", "pebble:"+newDev, "--force")
+	if !strings.Contains(out, "device 2 is now pebble:"+newDev) || !strings.Contains(out, "kvarray rebuild 2") {
+		t.Errorf("replace through the server printed %q", out)
+	}
+	if h := firstLine(statusOut(t, healthDegraded)); !strings.Contains(h, "device 2 to rebuild") {
+		t.Errorf("after replace: headline %q", h)
+	}
+	waitWrites(t, l, l.writes.Load()+100)
+	rep := rebuildJSON(t, "rebuild", "2")
+	if rep.Dev != 2 || rep.Keys == 0 || rep.Failed != 0 {
+		t.Errorf("rebuild through the server: %+v", rep)
+	}
+	waitWrites(t, l, l.writes.Load()+100)
+	l.finish(rdb)
+
+	var sr array.ScrubReport
+	if err := json.Unmarshal([]byte(ok(t, nil, "scrub", "--json")), &sr); err != nil {
+		t.Fatal(err)
+	}
+	if sr.Keys == 0 || sr.Problems() != 0 {
+		t.Errorf("scrub through the server after the rebuild: %+v", sr)
+	}
+	human := statusOut(t, healthClean)
+	if !strings.HasPrefix(human, "clean\n") || !strings.Contains(human, "pebble:"+newDev) || !strings.Contains(human, "last scrub: ") {
+		t.Errorf("status after rebuild and scrub:\n%s", human)
+	}
+	if out := s.errOut.String(); !strings.Contains(out, "rebuild started") || !strings.Contains(out, "rebuild finished") || !strings.Contains(out, "device replaced") {
+		t.Errorf("serve logged no rebuild events:\n%s", out)
+	}
+	s.stop(t)
+	// Stopped: the commands open the devices again, which hold the data.
+	statusOut(t, healthClean)
+	if got := ok(t, nil, "get", "w0-k1"); got != string(l.acked["w0-k1"]) {
+		t.Errorf("after serve stopped, get w0-k1: %d bytes", len(got))
+	}
+}
+
+func waitWrites(t *testing.T, l *load, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); l.writes.Load() < n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the load made %d writes, waiting for %d", l.writes.Load(), n)
+		}
+	}
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/mechanism"
+)
+
+// slot is a device position of an array kvarray serve holds: the array
+// keeps the slot for good, and an online replace swaps the device inside
+// it (array.ReplaceDevice with nil: "swapped underneath"), so that the
+// array's device table is never written while operations read it.
+type slot struct{ d atomic.Pointer[device.Device] }
+
+func newSlot(d device.Device) *slot {
+	s := &slot{}
+	s.d.Store(&d)
+	return s
+}
+
+func (s *slot) dev() device.Device { return *s.d.Load() }
+
+// swap puts d in the slot and returns the device it held.
+func (s *slot) swap(d device.Device) device.Device { return *s.d.Swap(&d) }
+
+func (s *slot) Store(ctx context.Context, key, value []byte) error {
+	return s.dev().Store(ctx, key, value)
+}
+func (s *slot) Retrieve(ctx context.Context, key []byte) ([]byte, error) {
+	return s.dev().Retrieve(ctx, key)
+}
+func (s *slot) Delete(ctx context.Context, key []byte) error { return s.dev().Delete(ctx, key) }
+func (s *slot) Exist(ctx context.Context, key []byte) (bool, error) {
+	return s.dev().Exist(ctx, key)
+}
+func (s *slot) Iterate(ctx context.Context, prefix []byte, fn func(key []byte) error) error {
+	return s.dev().Iterate(ctx, prefix, fn)
+}
+func (s *slot) Batch(ctx context.Context, ops []device.Op) error { return s.dev().Batch(ctx, ops) }
+func (s *slot) Info(ctx context.Context) (device.Info, error)    { return s.dev().Info(ctx) }
+func (s *slot) Close() error                                     { return s.dev().Close() }
+
+// adoptInSlot is how an online replace hands the new device to the array:
+// the device is marked failed first, so that no read takes the new,
+// empty device for one that holds its keys; then the new device goes in
+// the slot, the old one is closed, and the array adopts the slot's new
+// content as a device to rebuild.
+func adoptInSlot(ctx context.Context, a *array.Array, s *slot, dev int, nd device.Device) error {
+	a.SetDeviceState(dev, mechanism.Failed)
+	old := s.swap(nd)
+	_ = old.Close()
+	return a.ReplaceDevice(ctx, dev, nil)
+}
