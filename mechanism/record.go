@@ -109,9 +109,13 @@ func (e *Env) Acknowledge(ctx context.Context, ops []Op) {
 // key.
 func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool) {
 	e.rec.mu.Lock()
-	if r, ok := e.rec.missed[dev][string(key)]; ok && r.deleted == deleted {
-		e.rec.mu.Unlock()
-		return
+	var was []int // holders of an earlier record of the key, rewritten too
+	if r, ok := e.rec.missed[dev][string(key)]; ok {
+		if r.deleted == deleted {
+			e.rec.mu.Unlock()
+			return
+		}
+		was = r.holders
 	}
 	e.rec.missed[dev][string(key)] = &record{deleted: deleted}
 	e.rec.mu.Unlock()
@@ -130,11 +134,19 @@ func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool)
 			ops = append(ops, Op{Dev: d, Op: device.Op{Kind: device.OpStore, Key: rk, Value: val}})
 		}
 	}
+	// Every copy of the earlier record must be rewritten (or, failing
+	// that, deleted with the new one when it is cleared): a copy nobody
+	// tracks would come back at the next open.
+	for _, d := range was {
+		if !slices.ContainsFunc(ops, func(op Op) bool { return op.Dev == d }) {
+			ops = append(ops, Op{Dev: d, Op: device.Op{Kind: device.OpStore, Key: rk, Value: val}})
+		}
+	}
 	// Not Do: a record write that fails is not itself recorded.
 	e.do(context.WithoutCancel(ctx), ops)
 	var holders []int
 	for i := range ops {
-		if ops[i].Err == nil {
+		if ops[i].Err == nil || slices.Contains(was, ops[i].Dev) {
 			holders = append(holders, ops[i].Dev)
 		}
 	}
@@ -155,17 +167,20 @@ func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool)
 // clearMiss drops the record of key on dev.
 func (e *Env) clearMiss(ctx context.Context, dev int, key []byte) {
 	e.rec.mu.Lock()
-	r, ok := e.rec.missed[dev][string(key)]
+	_, ok := e.rec.missed[dev][string(key)]
 	delete(e.rec.missed[dev], string(key))
 	e.rec.mu.Unlock()
-	if !ok || len(r.holders) == 0 {
+	if !ok {
 		return
 	}
-	holders := r.holders
+	// Every device but dev may hold a copy: the holders known are those
+	// read at open and written since, and a device that was down at open
+	// may hold one too. Deleting a copy that is not there costs little;
+	// leaving one behind would bring the record back.
 	rk := recordKey(dev, key)
-	ops := make([]Op, len(holders))
-	for i, d := range holders {
-		ops[i] = Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: rk}}
+	var ops []Op
+	for i := 1; i < e.N(); i++ {
+		ops = append(ops, Op{Dev: e.Dev(dev, i), Op: device.Op{Kind: device.OpDelete, Key: rk}})
 	}
 	e.do(context.WithoutCancel(ctx), ops)
 	for i := range ops {
@@ -175,20 +190,73 @@ func (e *Env) clearMiss(ctx context.Context, dev int, key []byte) {
 	}
 }
 
+// parseRecord decodes the record copy b stored under k: the device that
+// missed a write and the internal key it missed.
+func parseRecord(k, b []byte, n int) (dev int, key []byte, ok bool) {
+	v, err := format.Decode(b)
+	if err != nil {
+		return 0, nil, false
+	}
+	u, _, _, _ := format.ParseKey(k)
+	dev = int(u[len(recordPrefix)])<<8 | int(u[len(recordPrefix)+1])
+	if dev >= n || !slices.Equal(recordKey(dev, v.Payload), k) {
+		return 0, nil, false
+	}
+	return dev, v.Payload, true
+}
+
 // isRecordKey reports whether key is a record's key.
 func isRecordKey(key []byte) bool {
 	u, _, kind, err := format.ParseKey(key)
 	return err == nil && kind == format.KindArray && len(u) == len(recordPrefix)+10 && string(u[:len(recordPrefix)]) == string(recordPrefix)
 }
 
-// CatchUpRecords deletes from device dev the record copies whose
-// deletion it missed (see the package doc), and clears those records.
+// CatchUpRecords brings the record copies on device dev, which comes
+// back, in line with the records: it deletes the copies whose deletion it
+// missed (see the package doc) and clears those records. Any other copy
+// it holds is a record: one it holds with others, or one that only it and
+// other devices down when the array opened hold. Taking a cleared record
+// for live costs one needless repair of its key; the reverse would serve
+// a missed write's old value, so such copies are taken as records.
 func (e *Env) CatchUpRecords(ctx context.Context, dev int) error {
 	var ops []Op
 	for _, k := range e.Missed(dev) {
 		if isRecordKey(k) {
 			ops = append(ops, Op{Dev: dev, Op: device.Op{Kind: device.OpDelete, Key: k}})
 		}
+	}
+	var copies [][]byte
+	if err := e.devs[dev].Iterate(ctx, recordPrefix, func(k []byte) error {
+		if isRecordKey(k) {
+			copies = append(copies, slices.Clone(k))
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, k := range copies {
+		if slices.ContainsFunc(ops, func(op Op) bool { return string(op.Key) == string(k) }) {
+			continue // its deletion was missed: deleted below
+		}
+		b, err := e.devs[dev].Retrieve(ctx, k)
+		if err != nil {
+			continue
+		}
+		target, key, ok := parseRecord(k, b, e.N())
+		if !ok {
+			continue
+		}
+		v, _ := format.Decode(b)
+		e.rec.mu.Lock()
+		r := e.rec.missed[target][string(key)]
+		if r == nil {
+			r = &record{deleted: len(v.Fields) == 1 && v.Fields[0] == 1}
+			e.rec.missed[target][string(key)] = r
+		}
+		if !slices.Contains(r.holders, dev) {
+			r.holders = append(r.holders, dev)
+		}
+		e.rec.mu.Unlock()
 	}
 	e.do(ctx, ops)
 	var errs []error
@@ -239,9 +307,67 @@ func (e *Env) MissedCount(dev int) int {
 
 // Forget drops device dev's record: a replaced device starts empty, so
 // what the old one missed no longer matters (Rebuild restores it all).
+// The records it held for other devices are gone with it: each is written
+// again to another device, so that it keeps its copies.
 func (e *Env) Forget(ctx context.Context, dev int) {
 	for _, k := range e.Missed(dev) {
 		e.clearMiss(ctx, dev, k)
+	}
+	type held struct {
+		target  int
+		key     string
+		deleted bool
+	}
+	var lost []held
+	e.rec.mu.Lock()
+	for target, m := range e.rec.missed {
+		for key, r := range m {
+			if slices.Contains(r.holders, dev) {
+				r.holders = slices.DeleteFunc(r.holders, func(h int) bool { return h == dev })
+				lost = append(lost, held{target, key, r.deleted})
+			}
+		}
+	}
+	e.rec.mu.Unlock()
+	for _, h := range lost {
+		e.copyRecord(ctx, h.target, []byte(h.key), h.deleted)
+	}
+}
+
+// copyRecord writes record (target, key) to devices that do not hold it
+// yet until it has recordCopies holders, never to dev target itself.
+func (e *Env) copyRecord(ctx context.Context, target int, key []byte, deleted bool) {
+	e.rec.mu.Lock()
+	r := e.rec.missed[target][string(key)]
+	if r == nil {
+		e.rec.mu.Unlock()
+		return
+	}
+	have := slices.Clone(r.holders)
+	e.rec.mu.Unlock()
+	kind := byte(0)
+	if deleted {
+		kind = 1
+	}
+	h := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(key)), ObjectLen: uint64(len(key)), Fields: []byte{kind}}
+	val := format.Encode(&h, key)
+	rk := recordKey(target, key)
+	var ops []Op
+	for i := 1; i < e.N() && len(have)+len(ops) < recordCopies; i++ {
+		d := e.Dev(target, i)
+		if e.State(d) != Failed && !slices.Contains(have, d) {
+			ops = append(ops, Op{Dev: d, Op: device.Op{Kind: device.OpStore, Key: rk, Value: val}})
+		}
+	}
+	e.do(context.WithoutCancel(ctx), ops)
+	e.rec.mu.Lock()
+	defer e.rec.mu.Unlock()
+	if r := e.rec.missed[target][string(key)]; r != nil {
+		for i := range ops {
+			if ops[i].Err == nil && !slices.Contains(r.holders, ops[i].Dev) {
+				r.holders = append(r.holders, ops[i].Dev)
+			}
+		}
 	}
 }
 
@@ -271,21 +397,17 @@ func (e *Env) LoadRecords(ctx context.Context) error {
 			if err != nil {
 				continue
 			}
-			v, err := format.Decode(b)
-			if err != nil {
+			dev, key, ok := parseRecord(k, b, e.N())
+			if !ok {
 				continue
 			}
-			u, _, _, _ := format.ParseKey(k)
-			dev := int(u[len(recordPrefix)])<<8 | int(u[len(recordPrefix)+1])
-			if dev >= e.N() || !slices.Equal(recordKey(dev, v.Payload), k) {
-				continue
-			}
+			v, _ := format.Decode(b)
 			e.rec.mu.Lock()
 			m := e.rec.missed[dev]
-			r := m[string(v.Payload)]
+			r := m[string(key)]
 			if r == nil {
 				r = &record{deleted: len(v.Fields) == 1 && v.Fields[0] == 1}
-				m[string(v.Payload)] = r
+				m[string(key)] = r
 			}
 			r.holders = append(r.holders, d)
 			e.rec.mu.Unlock()
