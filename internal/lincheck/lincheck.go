@@ -242,7 +242,11 @@ func (r *Recorder) Explain(info porcupine.LinearizationInfo) string {
 		sort.Slice(part, func(i, j int) bool { return part[i].Call < part[j].Call })
 		var sb strings.Builder
 		fmt.Fprintf(&sb, "key %s is not linearizable; its %d operations:\n", part[0].Input.(Input).Key, len(part))
-		for _, op := range part {
+		for i, op := range part {
+			if i == 100 {
+				fmt.Fprintf(&sb, "  ... %d more\n", len(part)-i)
+				break
+			}
 			ret := "never"
 			if op.Return != math.MaxInt64 {
 				ret = time.Duration(op.Return).String()
