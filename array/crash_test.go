@@ -88,14 +88,14 @@ func (o outcomes) describe(key string, got []byte, err error, origin map[string]
 		if v == nil {
 			outs = append(outs, "absent")
 		} else {
-			outs = append(outs, fmt.Sprintf("%d bytes of op %d", len(v), origin[string(v)]))
+			outs = append(outs, fmt.Sprintf("%d bytes of write %d", len(v), origin[string(v)]))
 		}
 	}
 	read := fmt.Sprintf("error %v", err)
 	if err == nil {
 		read = fmt.Sprintf("%d bytes", len(got))
 		if op, ok := origin[string(got)]; ok {
-			read += fmt.Sprintf(" (the value of op %d)", op)
+			read += fmt.Sprintf(" (the value of write %d)", op)
 		}
 	}
 	return fmt.Sprintf("read %s; allowed: %s", read, strings.Join(outs, ", "))
