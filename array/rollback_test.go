@@ -209,4 +209,3 @@ func statesOf(a *Array) []string {
 	}
 	return out
 }
-
