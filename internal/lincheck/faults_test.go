@@ -39,21 +39,32 @@ type served struct {
 
 // serve creates an array over nRedis redis-server devices (append-only
 // file on, so a killed server comes back with what it acknowledged) and
-// nPebble Pebble devices, hybrid over every mechanism as `kvarray init`
-// configures it, and serves it.
+// nPebble Pebble devices, and serves it (see serveDevices).
 func serve(t *testing.T, nRedis, nPebble int) *served {
 	t.Helper()
-	s := &served{t: t, redis: redistest.StartN(t, nRedis, "--appendonly", "yes")}
+	srvs := redistest.StartN(t, nRedis, "--appendonly", "yes")
 	var specs []string
-	for _, r := range s.redis {
+	for _, r := range srvs {
 		specs = append(specs, r.URL(0))
 	}
+	var dirs []string
 	base := t.TempDir()
 	for i := range nPebble {
 		dir := filepath.Join(base, fmt.Sprintf("dev%d", nRedis+i))
-		s.dirs = append(s.dirs, dir)
+		dirs = append(dirs, dir)
 		specs = append(specs, "pebble:"+dir)
 	}
+	s := serveDevices(t, specs)
+	s.redis, s.dirs = srvs, dirs
+	return s
+}
+
+// serveDevices creates an array over the device specs, hybrid over every
+// mechanism as `kvarray init` configures it, with the automatic resync
+// on, and serves it on a loopback port.
+func serveDevices(t *testing.T, specs []string) *served {
+	t.Helper()
+	s := &served{t: t}
 	yaml := fmt.Sprintf(`
 devices: [%s]
 mode: hybrid
@@ -66,7 +77,7 @@ splitting: {k: 4, r: 2}
 packing: {k: 4, r: 2}
 auto_resync: 250ms
 `, strings.Join(specs, ", "))
-	cfg, err := config.Parse([]byte(yaml), base)
+	cfg, err := config.Parse([]byte(yaml), t.TempDir())
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
@@ -216,12 +227,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	load(4 * time.Second)
 	thawedAt := rec.Now()
 	s.redis[1].Thaw()
-	served := 0
-	for _, op := range rec.Operations() {
-		if out := op.Output.(lincheck.Output); op.Call > frozenAt && op.Return < thawedAt && !out.Unknown {
-			served++
-		}
-	}
+	served := completedDuring(rec, frozenAt, thawedAt)
 	if served == 0 {
 		t.Errorf("no operation invoked while device 1 hung completed before it resumed: one hung device blocks every client")
 	}
@@ -269,31 +275,36 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	stop()
 	wg.Wait()
 	// Every key read once more by a client of its own.
-	final := s.client()
-	for _, k := range keys {
-		call := rec.Now()
-		b, err := final.Get(context.Background(), k).Bytes()
-		out := lincheck.Output{}
-		switch {
-		case errors.Is(err, goredis.Nil):
-			err = nil
-		case err == nil:
-			out.Found, out.Value = true, lincheck.ID(b)
-		default:
-			t.Errorf("final read of %s: %v", k, err)
-		}
-		rec.Add(clients, lincheck.Input{Kind: lincheck.Get, Key: k}, call, out, rec.Now(), err)
-	}
+	readAll(t, s.client(), rec, clients, keys)
 
 	byKind, unknown := rec.Counts()
 	t.Logf("history: %d SET, %d GET, %d DEL (%d with unknown outcome, %d failed in all), %d fault events; states %v",
 		byKind[lincheck.Set], byKind[lincheck.Get], byKind[lincheck.Del], unknown, failed.Load(), events, s.states())
-	for _, e := range rec.Errors() {
+	for _, e := range rec.Errors()[:min(5, len(rec.Errors()))] {
 		t.Log("  " + e)
 	}
 	if events < 3 {
 		t.Fatalf("%d fault events, want at least 3", events)
 	}
+	check(t, rec, seed)
+}
+
+// completedDuring counts the operations invoked after from that completed
+// (with a known outcome) before to.
+func completedDuring(rec *lincheck.Recorder, from, to int64) int {
+	n := 0
+	for _, op := range rec.Operations() {
+		if out := op.Output.(lincheck.Output); op.Call > from && op.Return < to && !out.Unknown {
+			n++
+		}
+	}
+	return n
+}
+
+// check checks rec's history with porcupine, failing t with the first key
+// that does not linearize and a visualization of the history.
+func check(t *testing.T, rec *lincheck.Recorder, seed uint64) {
+	t.Helper()
 	res, info := rec.Check(2 * time.Minute)
 	switch res {
 	case porcupine.Ok:
@@ -306,6 +317,25 @@ func TestLinearizableUnderFaults(t *testing.T) {
 		t.Fatalf("the history is not linearizable (seed %d; visualization in %s):\n%s", seed, path, rec.Explain(info))
 	default:
 		t.Fatalf("porcupine could not decide within its time limit: %v", res)
+	}
+}
+
+// readAll has client id read every key once (part of the history).
+func readAll(t *testing.T, c *goredis.Client, rec *lincheck.Recorder, id int, keys []string) {
+	t.Helper()
+	for _, k := range keys {
+		call := rec.Now()
+		b, err := c.Get(context.Background(), k).Bytes()
+		out := lincheck.Output{}
+		switch {
+		case errors.Is(err, goredis.Nil):
+			err = nil
+		case err == nil:
+			out.Found, out.Value = true, lincheck.ID(b)
+		default:
+			t.Errorf("final read of %s: %v", k, err)
+		}
+		rec.Add(id, lincheck.Input{Kind: lincheck.Get, Key: k}, call, out, rec.Now(), err)
 	}
 }
 
