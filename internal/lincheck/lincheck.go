@@ -172,11 +172,11 @@ type Recorder struct {
 	start time.Time
 	mu    sync.Mutex
 	ops   []porcupine.Operation
-	errs  []string // the first errors, for the test's log
+	errs  map[Kind][]string // the first errors of each kind, for the test's log
 }
 
 // NewRecorder starts a history now.
-func NewRecorder() *Recorder { return &Recorder{start: time.Now()} }
+func NewRecorder() *Recorder { return &Recorder{start: time.Now(), errs: map[Kind][]string{}} }
 
 // Now returns the time since the recorder started, in nanoseconds.
 func (r *Recorder) Now() int64 { return int64(time.Since(r.start)) }
@@ -188,8 +188,8 @@ func (r *Recorder) Add(client int, in Input, call int64, out Output, ret int64, 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
-		if len(r.errs) < 20 {
-			r.errs = append(r.errs, fmt.Sprintf("client %d at %v: %v %s: %v", client, time.Duration(call), in.Kind, in.Key, err))
+		if len(r.errs[in.Kind]) < 3 {
+			r.errs[in.Kind] = append(r.errs[in.Kind], fmt.Sprintf("client %d at %v: %v %s: %v", client, time.Duration(call), in.Kind, in.Key, err))
 		}
 		if in.Kind == Get {
 			return
@@ -206,11 +206,15 @@ func (r *Recorder) Operations() []porcupine.Operation {
 	return append([]porcupine.Operation(nil), r.ops...)
 }
 
-// Errors returns the first errors operations returned.
+// Errors returns the first few errors operations of each kind returned.
 func (r *Recorder) Errors() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]string(nil), r.errs...)
+	var out []string
+	for _, k := range []Kind{Set, Get, Del} {
+		out = append(out, r.errs[k]...)
+	}
+	return out
 }
 
 // Counts returns how many operations of each kind were recorded, and how

@@ -193,8 +193,11 @@ func TestDevicesOnOtherHosts(t *testing.T) {
 	byKind, unknown := rec.Counts()
 	t.Logf("history: %d SET, %d GET, %d DEL (%d with unknown outcome, %d failed in all); states %v",
 		byKind[lincheck.Set], byKind[lincheck.Get], byKind[lincheck.Del], unknown, failed.Load(), s.states())
-	for _, e := range rec.Errors()[:min(5, len(rec.Errors()))] {
+	for _, e := range rec.Errors() {
 		t.Log("  " + e)
+	}
+	if n := failedSets(rec); n > 0 {
+		t.Errorf("%d SETs failed with one device cut off", n)
 	}
 	check(t, rec, seed)
 }
