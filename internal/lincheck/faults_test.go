@@ -225,6 +225,9 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	events++
 	frozenAt := rec.Now()
 	load(4 * time.Second)
+	if st := s.a.DeviceState(1); st != mechanism.Failed {
+		t.Errorf("device 1 is %v after hanging 4 s, want failed", st)
+	}
 	thawedAt := rec.Now()
 	s.redis[1].Thaw()
 	served := completedDuring(rec, frozenAt, thawedAt)

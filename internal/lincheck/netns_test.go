@@ -174,11 +174,11 @@ func TestDevicesOnOtherHosts(t *testing.T) {
 	cutAt := rec.Now()
 	hosts[victim].cut(t)
 	time.Sleep(5 * time.Second)
-	restoredAt := rec.Now()
-	hosts[victim].restore(t)
 	if st := s.a.DeviceState(victim); st != mechanism.Failed {
 		t.Errorf("device %d is %v after 5 s without a link, want failed", victim, st)
 	}
+	restoredAt := rec.Now()
+	hosts[victim].restore(t)
 	served := completedDuring(rec, cutAt, restoredAt)
 	if served == 0 {
 		t.Errorf("no operation invoked while host %d was cut off completed before its link came back", victim)
