@@ -36,7 +36,7 @@ func TestFailEachOperationInTurn(t *testing.T) {
 		ops = append(ops, op{key: key, value: randBytes(rng, []int{100, 4 << 10, 16 << 10, 64 << 10}[rng.IntN(4)])})
 	}
 	const dev = 3
-	run := func(inner faultdev.Injector) (*rig, map[string][][]byte) {
+	run := func(inner faultdev.Injector) (*rig, outcomes) {
 		// The injector counts operations from the end of Create on.
 		inj := &faultdev.Toggle{Injector: inner}
 		r := &rig{t: t, opts: hybridAll()}
@@ -57,8 +57,7 @@ func TestFailEachOperationInTurn(t *testing.T) {
 		t.Cleanup(func() { _ = r.a.Close() })
 		inj.On()
 		defer inj.Off()
-		// allowed[k]: the values k may hold; nil stands for absent.
-		allowed := map[string][][]byte{}
+		allowed := outcomes{}
 		for _, o := range ops {
 			var err error
 			if o.del {
@@ -69,15 +68,7 @@ func TestFailEachOperationInTurn(t *testing.T) {
 			} else {
 				err = r.a.Store(ctx, []byte(o.key), o.value)
 			}
-			_, known := allowed[o.key]
-			switch {
-			case err == nil:
-				allowed[o.key] = [][]byte{o.value} // o.value is nil for a delete
-			case !known:
-				allowed[o.key] = [][]byte{nil, o.value}
-			default:
-				allowed[o.key] = append(allowed[o.key], o.value)
-			}
+			allowed.record(o.key, o.value, err) // o.value is nil for a delete
 		}
 		return r, allowed
 	}
@@ -99,16 +90,7 @@ func TestFailEachOperationInTurn(t *testing.T) {
 		}
 		for key, vals := range allowed {
 			got, err := r.a.Retrieve(ctx, []byte(key))
-			ok := false
-			for _, v := range vals {
-				switch {
-				case v == nil && errors.Is(err, ErrNotFound):
-					ok = true
-				case v != nil && err == nil && string(got) == string(v):
-					ok = true
-				}
-			}
-			if !ok && !(len(vals) > 1 && err != nil && !errors.Is(err, ErrNotFound)) {
+			if !allowed.allows(key, got, err) && !(len(vals) > 1 && err != nil && !errors.Is(err, ErrNotFound)) {
 				t.Fatalf("fail op %d of %d: %q: %d bytes, %v; %d allowed values", i, total, key, len(got), err, len(vals))
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -213,11 +214,19 @@ func yamlError(err error) error {
 // values up to 8KiB and for everything when there are fewer than 3
 // devices, and otherwise the other available mechanisms for larger values.
 func Default(dataDir string, n int) *Config {
-	c := &Config{Mode: "hybrid", Default: "replication", Replication: &Replication{Copies: min(3, n)},
-		AutoResync: Duration(10 * time.Second)}
+	specs := make([]string, n)
 	for i := range n {
-		c.Devices = append(c.Devices, "pebble:"+filepath.Join(dataDir, fmt.Sprintf("dev%d", i)))
+		specs[i] = "pebble:" + filepath.Join(dataDir, fmt.Sprintf("dev%d", i))
 	}
+	return DefaultDevices(specs)
+}
+
+// DefaultDevices is Default over the given device specs, of any kinds
+// (`kvarray init --device SPEC ...`).
+func DefaultDevices(specs []string) *Config {
+	n := len(specs)
+	c := &Config{Mode: "hybrid", Default: "replication", Replication: &Replication{Copies: min(3, n)},
+		AutoResync: Duration(10 * time.Second), Devices: slices.Clone(specs)}
 	small := hybridSmall
 	if n < 3 || !available("splitting") {
 		c.Thresholds = []Threshold{{RM: "replication"}}

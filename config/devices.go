@@ -1,7 +1,9 @@
 package config
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,7 @@ import (
 	"github.com/kvarray/kvarray/device/mem"
 	"github.com/kvarray/kvarray/device/pebble"
 	"github.com/kvarray/kvarray/device/redis"
+	"github.com/kvarray/kvarray/format"
 )
 
 // spec is a parsed device spec.
@@ -131,6 +134,38 @@ func openDevices(cfg *Config, create bool) ([]device.Device, []error) {
 	return devs, errs
 }
 
+// ErrNotEmpty: a device holds keys that no kvarray array wrote, so an
+// array is not created on it (its scrub would take them for orphan pieces).
+var ErrNotEmpty = errors.New("device holds other data")
+
+// arrayHeaderKey is where the array keeps its header on every device
+// (array/header.go): a device holding it belongs to an array, which
+// array.Create names.
+var arrayHeaderKey = format.Key([]byte("kvarray"), 0, format.KindArray)
+
+// checkUnused returns ErrNotEmpty, naming a key, when d holds keys but no
+// array header: a redis database (or a directory) in use for something
+// else.
+func checkUnused(ctx context.Context, d device.Device) error {
+	info, err := d.Info(ctx)
+	if err != nil || info.Keys == 0 {
+		return err
+	}
+	if ok, err := d.Exist(ctx, arrayHeaderKey); err != nil || ok {
+		return err
+	}
+	var first []byte
+	stop := errors.New("stop")
+	if err := d.Iterate(ctx, nil, func(k []byte) error {
+		first = bytes.Clone(k)
+		return stop
+	}); err != nil && !errors.Is(err, stop) {
+		return err
+	}
+	return fmt.Errorf("%d keys that kvarray did not write (one is %q); create the array on empty devices (for redis, another database number): %w",
+		info.Keys, first, ErrNotEmpty)
+}
+
 // renamed is an error with a reworded message and the original's chain.
 type renamed struct {
 	msg string
@@ -166,6 +201,9 @@ func Create(ctx context.Context, cfg *Config) (*array.Array, error) {
 	}
 	devs, errs := openDevices(cfg, true)
 	for i, err := range errs {
+		if err == nil {
+			err = checkUnused(ctx, devs[i])
+		}
 		if err != nil {
 			closeAll(devs)
 			return nil, fmt.Errorf("create: device %d (%s): %w", i, cfg.Devices[i], err)

@@ -289,7 +289,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"put", "a", "b", "c"}, "put: want KEY [VALUE], got 3 arguments"},
 		{[]string{"put", "--bogus"}, "unknown flag: --bogus (see 'kvarray put --help')"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate" for "kvarray" (see 'kvarray --help')`},
-		{[]string{"init", "--devices", "many"}, `invalid argument "many"`},
+		{[]string{"init", "--devices", "many"}, `--devices "many": want a number of pebble devices or a list`},
 	} {
 		msg := fails(t, nil, tc.args, tc.want)
 		if strings.Contains(msg, "Usage:") {

@@ -118,6 +118,46 @@ func (x *Index) MaybeError(Op) error {
 // Count returns how many operations the injector has been consulted for.
 func (x *Index) Count() int64 { return x.count.Load() }
 
+// ErrCrashed is the error of every operation from a Crash's crash point
+// on. It wraps device.ErrDeviceFailed: to the process that is still
+// running, a crash looks like every device failing at once.
+var ErrCrashed = fmt.Errorf("crashed: %w", device.ErrDeviceFailed)
+
+// Crash is one crash point shared by every device of an array: wrap each
+// device with the same Crash, and the operations on all of them are counted
+// together, so that the n-th (from 0) and every later one fails with
+// ErrCrashed, as if the process had died just before it. Nothing from the
+// crash point on reaches a device, so what the devices hold afterwards is
+// exactly what a process killed there would have left; reopening the array
+// over the unwrapped devices is the restart.
+//
+// Concurrent operations are ordered by an atomic count, so the cut falls
+// between two operations of that order even when several devices are
+// written at once (one of the interleavings a real crash can leave).
+type Crash struct {
+	at    int64
+	count atomic.Int64
+}
+
+// CrashAt returns a crash point at operation n; a negative n never crashes
+// (to count a workload's operations first).
+func CrashAt(n int64) *Crash { return &Crash{at: n} }
+
+// MaybeError implements Injector.
+func (c *Crash) MaybeError(Op) error {
+	if i := c.count.Add(1) - 1; c.at >= 0 && i >= c.at {
+		return ErrCrashed
+	}
+	return nil
+}
+
+// Crashed reports whether the crash point has been reached.
+func (c *Crash) Crashed() bool { return c.at >= 0 && c.count.Load() > c.at }
+
+// Count returns how many operations the crash point has been consulted
+// for, those failed included.
+func (c *Crash) Count() int64 { return c.count.Load() }
+
 // Toggle is an injector switched on and off at run time, for example to
 // let a setup phase through and then fail everything. The zero Toggle is
 // off and, once on, injects ErrInjected; set Injector to inject something

@@ -281,3 +281,47 @@ func TestInjectorFuncAndOp(t *testing.T) {
 		}
 	}
 }
+
+// TestCrash: one crash point over two devices counts their operations
+// together; from the crash point on every operation on either fails and
+// nothing reaches the devices, while everything before it landed.
+func TestCrash(t *testing.T) {
+	ctx := t.Context()
+	ma, mb := mem.New(), mem.New()
+	c := faultdev.CrashAt(3)
+	da, db := faultdev.Wrap(ma, c), faultdev.Wrap(mb, c)
+	for i, step := range []struct {
+		d   device.Device
+		key []byte
+	}{{da, keyA}, {db, keyA}, {da, keyB}, {db, keyB}, {da, []byte("key-c")}} {
+		err := step.d.Store(ctx, step.key, []byte("v"))
+		if crashed := i >= 3; crashed != errors.Is(err, faultdev.ErrCrashed) || crashed != c.Crashed() {
+			t.Fatalf("store %d: %v (crashed %v)", i, err, c.Crashed())
+		}
+		if err != nil && !errors.Is(err, device.ErrDeviceFailed) {
+			t.Fatalf("store %d: %v does not wrap ErrDeviceFailed", i, err)
+		}
+	}
+	if _, err := da.Retrieve(ctx, keyA); !errors.Is(err, faultdev.ErrCrashed) {
+		t.Fatalf("read after the crash: %v", err)
+	}
+	if got := c.Count(); got != 6 {
+		t.Fatalf("count %d, want 6", got)
+	}
+	// What the devices hold is what landed before the crash point.
+	for _, want := range []struct {
+		d     *mem.Device
+		key   []byte
+		found bool
+	}{{ma, keyA, true}, {mb, keyA, true}, {ma, keyB, true}, {mb, keyB, false}, {ma, []byte("key-c"), false}} {
+		if ok, err := want.d.Exist(ctx, want.key); err != nil || ok != want.found {
+			t.Fatalf("%q after the crash: exist %v, %v; want %v", want.key, ok, err, want.found)
+		}
+	}
+	never := faultdev.CrashAt(-1)
+	for range 10 {
+		if err := never.MaybeError(faultdev.Op{Kind: device.OpStore}); err != nil || never.Crashed() {
+			t.Fatalf("CrashAt(-1) crashed: %v", err)
+		}
+	}
+}
