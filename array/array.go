@@ -146,7 +146,6 @@ type Array struct {
 	devs     []device.Device
 	hdr      header
 	hdrMu    sync.Mutex
-	mixed    bool // guarded by hdrMu; see flagMixed
 	banked   bool // see flagBanked; fixed at open
 	o        options
 	mechs    []mechanism.Mechanism
@@ -157,7 +156,8 @@ type Array struct {
 	locks    *keylock.Table
 	clock    hlc.Clock
 	async    chan struct{} // semaphore bounding async operations
-	reasons  []error       // why each device was failed at open
+	reasonMu sync.Mutex
+	reasons  []error // why each device was failed at open; guarded by reasonMu
 
 	closeMu sync.RWMutex
 	closed  bool
@@ -294,7 +294,6 @@ func Open(ctx context.Context, devs []device.Device, opts ...Option) (*Array, er
 		return nil, fmt.Errorf("array: open: %w", err)
 	}
 	a.hdr, a.reasons = h, reasons
-	a.mixed = h.flags&flagMixed != 0
 	a.banked = h.flags&flagBanked != 0
 	for i, r := range reasons {
 		if r != nil {
@@ -307,6 +306,25 @@ func Open(ctx context.Context, devs []device.Device, opts ...Option) (*Array, er
 	a.advanceEpoch(ctx)
 	a.startBackground()
 	return a, nil
+}
+
+// reason returns why device i was failed at open (nil: it was not, or it
+// has been healed since).
+func (a *Array) reason(i int) error {
+	a.reasonMu.Lock()
+	defer a.reasonMu.Unlock()
+	if a.reasons == nil {
+		return nil
+	}
+	return a.reasons[i]
+}
+
+func (a *Array) setReason(i int, err error) {
+	a.reasonMu.Lock()
+	defer a.reasonMu.Unlock()
+	if a.reasons != nil {
+		a.reasons[i] = err
+	}
 }
 
 func (a *Array) allDevs() []int {

@@ -56,6 +56,10 @@ const (
 	// the bank its version selects (see Array.splitKey). Arrays created
 	// before banks keep writing huge values in place.
 	flagBanked = 1 << 2
+	// flagUnprotected: a value was stored with a mechanism that tolerates
+	// no loss (Hashing). Until then, a key no answering device holds
+	// while its primary is down is known to be absent.
+	flagUnprotected = 1 << 3
 )
 
 // ID identifies an array.

@@ -134,6 +134,9 @@ func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 		if errors.Is(p.Err, mechanism.ErrStale) && a.env.MissedDelete(k.Primary, k.Data()) {
 			return nil, ErrNotFound
 		}
+		if k.Split == 0 && a.absentProvable() {
+			return nil, ErrNotFound
+		}
 		// p.Err is detail, not wrapped: a not-found from a device being
 		// rebuilt must not read as "the key does not exist".
 		return nil, fmt.Errorf("split %d: %w: primary device %d cannot answer (%v) and no other device holds a piece",
@@ -236,8 +239,13 @@ func (a *Array) prepareStore(key, value []byte, c call) (mechanism.Mechanism, er
 // store runs under key's lock.
 func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechanism, c call) error {
 	n := splitsFor(m, len(value))
+	if m.Tolerates() == 0 {
+		if err := a.markFlag(ctx, flagUnprotected, "a value without redundancy"); err != nil {
+			return err
+		}
+	}
 	if c.rm != "" && m != a.def && a.o.mode == Standalone {
-		if err := a.markMixed(ctx); err != nil {
+		if err := a.markFlag(ctx, flagMixed, "custom-mode use"); err != nil {
 			return err
 		}
 	}
@@ -345,19 +353,20 @@ func (a *Array) readsBeforeWrite(m mechanism.Mechanism, c call, n int) bool {
 	}
 	a.hdrMu.Lock()
 	defer a.hdrMu.Unlock()
-	return a.mixed
+	return a.hdr.flags&flagMixed != 0
 }
 
-// markMixed records on every device that a standalone array now holds
-// values of more than one mechanism.
-func (a *Array) markMixed(ctx context.Context) error {
+// markFlag records an array-wide flag in the array header (flagMixed: a
+// standalone array now holds values of more than one mechanism;
+// flagUnprotected: it holds values no device loss is tolerated for).
+func (a *Array) markFlag(ctx context.Context, flag byte, what string) error {
 	a.hdrMu.Lock()
 	defer a.hdrMu.Unlock()
-	if a.mixed {
+	if a.hdr.flags&flag != 0 {
 		return nil
 	}
 	h := a.hdr
-	h.flags |= flagMixed
+	h.flags |= flag
 	// One device holding the flag is enough for Open (it ORs the flags),
 	// and a device that misses it gets it with the next epoch (Open,
 	// Close, Resync): so the flag needs as many devices as a write of
@@ -376,10 +385,35 @@ func (a *Array) markMixed(ctx context.Context) error {
 		}
 	}
 	if need := min(3, len(a.devs)); took < need {
-		return fmt.Errorf("record custom-mode use in the array header: %d devices took it, %d needed: %w", took, need, err)
+		return fmt.Errorf("record %s in the array header: %d devices took it, %d needed: %w", what, took, need, err)
 	}
-	a.hdr, a.mixed = h, true
+	a.hdr = h
 	return nil
+}
+
+// absentProvable reports whether a key that no device answering holds is
+// known not to exist: the array never stored a value that a single loss
+// can take (flagUnprotected), and no more devices are failed than every
+// redundant mechanism tolerates, so some piece of any value would answer.
+func (a *Array) absentProvable() bool {
+	a.hdrMu.Lock()
+	unprotected := a.hdr.flags&flagUnprotected != 0 || a.hdr.flags&flagBanked == 0
+	a.hdrMu.Unlock()
+	if unprotected {
+		return false
+	}
+	failed := 0
+	for i := 0; i < a.env.N(); i++ {
+		if a.env.State(i) != mechanism.Healthy {
+			failed++
+		}
+	}
+	for _, m := range a.mechs {
+		if t := m.Tolerates(); t > 0 && failed > t {
+			return false
+		}
+	}
+	return true
 }
 
 // forSplits runs fn for splits 0..n-1, at most parallelism at once, and
@@ -645,26 +679,46 @@ func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error)
 	default:
 		return 0, 0, err
 	}
-	counts := make([]int, a.o.parallelism)
 	var total int
 	if l != nil {
 		h := *l.header()
-		splits = int(h.Splits)
-		size = int64(h.ObjectLen)
-		counts = make([]int, splits)
-		err = a.forSplits(ctx, splits, func(s int) error {
+		repairSplit := func(s int) (int, error) {
 			k := a.splitKey(key, s, h.Version)
 			if s > 0 {
 				k.Want = h.Version
 			}
 			n, err := l.m.Repair(ctx, k, &h)
 			if err != nil {
-				return err
+				return n, err
 			}
 			// Past the mechanism's width, no piece under the data key
 			// belongs to this value.
 			swept, err := a.sweep(ctx, k, l.m.Width())
-			counts[s] = n + swept
+			return n + swept, err
+		}
+		// Split 0 first: its repair may settle on a newer version than
+		// the one located (a store in flight whose split 0 reached a
+		// neighbour only, after all its other splits), and that version
+		// says which bank the other splits and the leftovers are in.
+		n, err := repairSplit(0)
+		total += n
+		if err != nil {
+			return total, size, err
+		}
+		if now, err := a.locate(ctx, a.key(key, 0)); err == nil && now.header().Version != h.Version {
+			l, h = now, *now.header()
+			n, err := repairSplit(0)
+			total += n
+			if err != nil {
+				return total, size, err
+			}
+		}
+		splits = int(h.Splits)
+		size = int64(h.ObjectLen)
+		counts := make([]int, splits)
+		err = a.forSplits(ctx, splits-1, func(i int) error {
+			var err error
+			counts[i+1], err = repairSplit(i + 1)
 			return err
 		})
 		for _, n := range counts {

@@ -124,9 +124,7 @@ func (a *Array) ReplaceDevice(ctx context.Context, i int, dev device.Device) err
 		return fmt.Errorf("replace device %d: %w", i, err)
 	}
 	a.env.SetState(i, mechanism.Rebuilding) // a failed header write marked it Failed
-	if a.reasons != nil {
-		a.reasons[i] = nil
-	}
+	a.setReason(i, nil)
 	return nil
 }
 
@@ -165,9 +163,7 @@ func (a *Array) Resync(ctx context.Context, i int, opts ...HealOption) (RebuildR
 			i, rep.Name, ErrStaleCopy, h.epoch, known)
 	}
 	a.env.SetState(i, mechanism.Healthy)
-	if a.reasons != nil {
-		a.reasons[i] = nil
-	}
+	a.setReason(i, nil)
 	// Array-wide flags it missed while failed (mixed use), and the epoch.
 	a.hdrMu.Lock()
 	_ = writeHeaders(ctx, a.env, a.hdr, []int{i})

@@ -67,8 +67,8 @@ func (a *Array) Status(ctx context.Context) (Status, error) {
 		if a.env.State(i) == mechanism.Healthy && ds.ResyncKeys > 0 {
 			ds.State = StateDegradedBehind
 		}
-		if a.reasons != nil && a.reasons[i] != nil {
-			ds.Reason = a.reasons[i].Error()
+		if r := a.reason(i); r != nil {
+			ds.Reason = r.Error()
 		}
 		info, err := d.Info(ctx)
 		if err != nil {

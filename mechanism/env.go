@@ -320,7 +320,14 @@ func (e *Env) decode(op *Op) Piece {
 // than maxFailed of the writes fail: the devices that missed a write are
 // recorded for resync (see Do), so a degraded write is safe to
 // acknowledge. maxFailed = 0 requires every write.
+//
+// A write that cannot succeed because more than maxFailed of devs are
+// already marked Failed writes nothing (see Reachable): written in place
+// on the others, it would destroy the value it fails to replace.
 func (e *Env) Write(ctx context.Context, key []byte, devs []int, values [][]byte, maxFailed int) error {
+	if err := e.Reachable(devs, maxFailed); err != nil {
+		return fmt.Errorf("store %q: %w", key, err)
+	}
 	ops := make([]Op, len(devs))
 	for i, d := range devs {
 		ops[i] = Op{Dev: d, Op: device.Op{Kind: device.OpStore, Key: key, Value: values[i]}}
@@ -329,8 +336,7 @@ func (e *Env) Write(ctx context.Context, key []byte, devs []int, values [][]byte
 	if err := Quorum(ops, maxFailed); err != nil {
 		return err
 	}
-	e.Acknowledge(ctx, ops)
-	return nil
+	return e.Acknowledge(ctx, ops)
 }
 
 // Delete deletes key from each of devs; it fails only when more than
@@ -341,7 +347,31 @@ func (e *Env) Delete(ctx context.Context, key []byte, devs []int, maxFailed int)
 		ops[i] = Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: key}}
 	}
 	e.Do(ctx, ops)
-	return Quorum(ops, maxFailed)
+	if err := Quorum(ops, maxFailed); err != nil {
+		return err
+	}
+	for i := range ops {
+		if ops[i].Err != nil && recordable(key) && !e.recorded(ops[i].Dev, key) {
+			return fmt.Errorf("delete %q: device %d missed it: %w", key, ops[i].Dev, ErrNotRecorded)
+		}
+	}
+	return nil
+}
+
+// Reachable returns an error wrapping device.ErrDeviceFailed when more
+// than maxFailed of devs are marked Failed: a write to them cannot reach
+// its quorum, and must not start.
+func (e *Env) Reachable(devs []int, maxFailed int) error {
+	var down []int
+	for _, d := range devs {
+		if e.State(d) == Failed {
+			down = append(down, d)
+		}
+	}
+	if len(down) > maxFailed {
+		return fmt.Errorf("devices %v of %v are failed, at most %d may be: nothing written: %w", down, devs, maxFailed, ErrMarkedFailed)
+	}
+	return nil
 }
 
 // Quorum returns the errors of ops joined when more than maxFailed of

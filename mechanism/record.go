@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -90,30 +91,49 @@ func (e *Env) keepRecords(ctx context.Context, ops []Op) {
 				e.clearMiss(ctx, op.Dev, op.Key)
 			}
 		case op.Kind == device.OpDelete:
-			e.recordMiss(ctx, op.Dev, op.Key, true)
+			_ = e.recordMiss(ctx, op.Dev, op.Key, true) // Delete checks it (recorded)
 		}
 	}
 }
 
+// ErrNotRecorded: a device missed a write and no other device took the
+// record of it, so the write must not be acknowledged: the device would
+// serve the old value when it came back.
+var ErrNotRecorded = errors.New("the miss could not be recorded on any other device")
+
 // Acknowledge records the stores in ops that a device missed, once the
-// caller has decided to acknowledge the write they are part of.
-func (e *Env) Acknowledge(ctx context.Context, ops []Op) {
+// caller has decided to acknowledge the write they are part of. An error
+// (ErrNotRecorded) means some miss is not durable: the write must not be
+// acknowledged.
+func (e *Env) Acknowledge(ctx context.Context, ops []Op) error {
+	var errs []error
 	for i := range ops {
 		if op := &ops[i]; op.Kind == device.OpStore && op.Err != nil && recordable(op.Key) {
-			e.recordMiss(ctx, op.Dev, op.Key, false)
+			if err := e.recordMiss(ctx, op.Dev, op.Key, false); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
+	return errors.Join(errs...)
+}
+
+// recorded reports whether dev's miss of key is recorded durably.
+func (e *Env) recorded(dev int, key []byte) bool {
+	e.rec.mu.Lock()
+	defer e.rec.mu.Unlock()
+	r, ok := e.rec.missed[dev][string(key)]
+	return ok && len(r.holders) > 0
 }
 
 // recordMiss records that dev missed a write (a delete when deleted) of
-// key.
-func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool) {
+// key, and fails with ErrNotRecorded when no device took the record.
+func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool) error {
 	e.rec.mu.Lock()
 	var was []int // holders of an earlier record of the key, rewritten too
 	if r, ok := e.rec.missed[dev][string(key)]; ok {
-		if r.deleted == deleted {
+		if r.deleted == deleted && len(r.holders) > 0 {
 			e.rec.mu.Unlock()
-			return
+			return nil
 		}
 		was = r.holders
 	}
@@ -162,6 +182,10 @@ func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool)
 			e.clearMiss(ctx, h, rk)
 		}
 	}
+	if len(holders) == 0 {
+		return fmt.Errorf("device %d missed a write of %q: %w", dev, key, ErrNotRecorded)
+	}
+	return nil
 }
 
 // clearMiss drops the record of key on dev.
@@ -185,7 +209,7 @@ func (e *Env) clearMiss(ctx context.Context, dev int, key []byte) {
 	e.do(context.WithoutCancel(ctx), ops)
 	for i := range ops {
 		if ops[i].Err != nil {
-			e.recordMiss(ctx, ops[i].Dev, rk, true)
+			_ = e.recordMiss(ctx, ops[i].Dev, rk, true) // at worst, a needless repair later
 		}
 	}
 }
@@ -285,8 +309,8 @@ func (e *Env) Missed(dev int) [][]byte {
 // MarkStale records that dev holds an out-of-date piece under key that
 // a write chose not to touch (a parity patched on the other devices only),
 // so that it is never read as current.
-func (e *Env) MarkStale(ctx context.Context, dev int, key []byte) {
-	e.recordMiss(ctx, dev, key, false)
+func (e *Env) MarkStale(ctx context.Context, dev int, key []byte) error {
+	return e.recordMiss(ctx, dev, key, false)
 }
 
 // MissedDelete reports whether the last write of key that dev missed was

@@ -345,6 +345,10 @@ func (m *Mechanism) writeSet(ctx context.Context, set []*entry) {
 		fail(err)
 		return
 	}
+	if err := m.env.Reachable(append(slices.Clone(devs), g.parity...), m.r); err != nil {
+		fail(err)
+		return
+	}
 	ops := make([]mechanism.Op, 0, len(live)+m.r)
 	roster := rosterOf(members)
 	for i, e := range live {
@@ -365,7 +369,10 @@ func (m *Mechanism) writeSet(ctx context.Context, set []*entry) {
 		m.env.Do(ctx, del)
 		return
 	}
-	m.env.Acknowledge(ctx, ops)
+	if err := m.env.Acknowledge(ctx, ops); err != nil {
+		fail(err)
+		return
+	}
 	m.noteSet(&pf, pv)
 	m.sets1.Add(1)
 }
@@ -391,12 +398,16 @@ func (m *Mechanism) memberOp(g geometry, roster []member, mb *member, value []by
 
 // markUnpatched records the parities a patch leaves out (nil in parity)
 // as stale on their devices, before the patch is written.
-func (m *Mechanism) markUnpatched(ctx context.Context, pf *parityFields, parity [][]byte) {
+func (m *Mechanism) markUnpatched(ctx context.Context, pf *parityFields, parity [][]byte) error {
+	var errs []error
 	for j := range parity {
 		if parity[j] == nil {
-			m.env.MarkStale(ctx, pf.parity[j], setKey(pf.set))
+			if err := m.env.MarkStale(ctx, pf.parity[j], setKey(pf.set)); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // parityOps returns the writes of the parities of pf at version v; a nil
@@ -497,8 +508,9 @@ type setState struct {
 // loadSet reads the parities and the members of set g and reconstructs
 // what is missing. It fails with mechanism.ErrDataLoss (wrapped) when more
 // than r pieces are bad. roster, from a member's own fields, is used when
-// no parity is readable.
-func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member) (*setState, error) {
+// no parity is readable. leaving, when not nil, names members about to
+// leave the set: their bytes are needed only to reconstruct others.
+func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member, leaving func(*member) bool) (*setState, error) {
 	pars := m.readParities(ctx, g)
 	best := -1
 	for j := range pars {
@@ -508,6 +520,11 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member) (*
 	}
 	if best < 0 {
 		st, err := m.fromRoster(ctx, g, roster)
+		if err == nil && leaving != nil {
+			for _, mb := range st.f.members {
+				st.superseded[mb.slot] = leaving(&mb)
+			}
+		}
 		if err != nil {
 			errs := []error{err}
 			for j := range pars {
@@ -555,6 +572,11 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member) (*
 	for s := 0; s < k; s++ {
 		if !listed[s] {
 			st.shards[s] = make([]byte, st.g.shardSize) // a virtual zero member
+		}
+	}
+	for _, mb := range st.f.members {
+		if leaving != nil && leaving(&mb) {
+			st.superseded[mb.slot] = true
 		}
 	}
 	lost, missing := 0, false // missing: a current member's bytes
@@ -779,7 +801,9 @@ func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mech
 		}
 	}
 	pv := m.ids.Next()
-	m.markUnpatched(ctx, &pf, newPar)
+	if err := m.markUnpatched(ctx, &pf, newPar); err != nil {
+		return true, fmt.Errorf("packing: update split %d of %q in set %x: %w", k.Split, k.User, f.set, err)
+	}
 	ops := append([]mechanism.Op{m.memberOp(f.geometry, f.roster, &mb, value)}, m.parityOps(&pf, pv, newPar)...)
 	m.env.Do(ctx, ops)
 	if err := ops[0].Err; err != nil {
@@ -788,7 +812,9 @@ func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mech
 	if err := mechanism.Quorum(ops[1:], len(ops)-2); err != nil {
 		return true, fmt.Errorf("packing: update split %d of %q in set %x: %w", k.Split, k.User, f.set, err)
 	}
-	m.env.Acknowledge(ctx, ops)
+	if err := m.env.Acknowledge(ctx, ops); err != nil {
+		return true, fmt.Errorf("packing: update split %d of %q in set %x: %w", k.Split, k.User, f.set, err)
+	}
 	m.noteSet(&pf, pv)
 	return true, nil
 }
@@ -849,11 +875,16 @@ func (m *Mechanism) detach(ctx context.Context, k mechanism.Key, prev *mechanism
 // and resyncing those devices rebuilds the set from the members that still
 // claim it (the member's primary now holds something else, or nothing).
 func (m *Mechanism) detachFrom(ctx context.Context, k mechanism.Key, f memberFields, old format.Value, ok bool) error {
-	if m.parityDevicesDown(f.geometry) {
+	leave := func() error {
 		for _, d := range f.parity {
-			m.env.MarkStale(ctx, d, setKey(f.set))
+			if err := m.env.MarkStale(ctx, d, setKey(f.set)); err != nil {
+				return fmt.Errorf("packing: leave set %x of split %d of %q: %w", f.set, k.Split, k.User, err)
+			}
 		}
 		return nil
+	}
+	if m.parityDevicesDown(f.geometry) {
+		return leave()
 	}
 	tk, err := m.sets.Lock(ctx, setLockKey(f.set))
 	if err != nil {
@@ -869,28 +900,20 @@ func (m *Mechanism) detachFrom(ctx context.Context, k mechanism.Key, f memberFie
 		}
 		pf = pars[good[0]].f
 	} else {
-		st, err := m.loadSet(ctx, f.geometry, f.roster)
-		if err != nil {
-			return err
-		}
-		if !slices.ContainsFunc(st.f.members, func(mb member) bool {
+		// The member leaves with whatever else its set lists that has
+		// moved on (retired by rewriteBad, which also rewrites parities
+		// that still list it: lost, stale, or rebuilt from the roster,
+		// they would bring it back). Devices that miss the new parities
+		// are recorded stale.
+		this := func(mb *member) bool {
 			return mb.slot == f.slot && mb.split == k.Split && string(mb.key) == string(k.User)
-		}) {
-			// Already not a member, but parities that still say it is
-			// (lost, stale, or rebuilt from the roster) must be rewritten
-			// or recorded stale, or they would bring it back.
-			_, err := m.rewriteBad(ctx, st, nil)
-			return err
 		}
-		st.shards[f.slot] = make([]byte, st.g.shardSize)
-		codec, err := erasure.Lookup(erasure.ReedSolomon, st.g.k, st.g.r)
+		st, err := m.loadSet(ctx, f.geometry, f.roster, this)
 		if err != nil {
 			return err
 		}
-		if err := codec.Encode(st.shards); err != nil {
-			return err
-		}
-		newPar, pf = st.shards[st.g.k:], st.f
+		_, err = m.rewriteBad(ctx, st, nil)
+		return err
 	}
 	pf.members = slices.DeleteFunc(slices.Clone(pf.members), func(mb member) bool { return mb.slot == f.slot })
 	var ops []mechanism.Op
@@ -900,14 +923,21 @@ func (m *Mechanism) detachFrom(ctx context.Context, k mechanism.Key, f memberFie
 			ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: setKey(pf.set)}})
 		}
 	} else {
-		m.markUnpatched(ctx, &pf, newPar)
+		if err := m.markUnpatched(ctx, &pf, newPar); err != nil {
+			return fmt.Errorf("packing: remove split %d of %q from set %x: %w", k.Split, k.User, f.set, err)
+		}
 		ops = m.parityOps(&pf, pv, newPar)
 	}
 	m.env.Do(ctx, ops)
 	if err := mechanism.Quorum(ops, len(ops)-1); err != nil {
+		if m.parityDevicesDown(f.geometry) {
+			return leave() // they failed under this very write
+		}
 		return fmt.Errorf("packing: remove split %d of %q from set %x: %w", k.Split, k.User, f.set, err)
 	}
-	m.env.Acknowledge(ctx, ops)
+	if err := m.env.Acknowledge(ctx, ops); err != nil {
+		return fmt.Errorf("packing: remove split %d of %q from set %x: %w", k.Split, k.User, f.set, err)
+	}
 	m.noteSet(&pf, pv)
 	return nil
 }
@@ -970,7 +1000,7 @@ func (m *Mechanism) recover(ctx context.Context, k mechanism.Key, have []mechani
 		return nil, format.Header{}, false, err
 	}
 	defer tk.Release()
-	st, err := m.loadSet(ctx, g, roster)
+	st, err := m.loadSet(ctx, g, roster, nil)
 	if err != nil {
 		return nil, format.Header{}, false, fmt.Errorf("packing split %d of key %q: %w", k.Split, k.User, err)
 	}
@@ -1023,7 +1053,7 @@ func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.He
 	if err != nil {
 		return 0, err
 	}
-	st, err := m.loadSet(ctx, g, roster)
+	st, err := m.loadSet(ctx, g, roster, nil)
 	if err != nil {
 		tk.Release()
 		return 0, fmt.Errorf("packing split %d of key %q: %w", k.Split, k.User, err)
@@ -1089,7 +1119,9 @@ func (m *Mechanism) rewriteBad(ctx context.Context, st *setState, own func(*memb
 	if err := mechanism.Quorum(ops, len(ops)); err != nil {
 		return 0, fmt.Errorf("packing: repair set %x: %w", st.g.set, err)
 	}
-	m.env.Acknowledge(ctx, ops)
+	if err := m.env.Acknowledge(ctx, ops); err != nil {
+		return 0, fmt.Errorf("packing: repair set %x: %w", st.g.set, err)
+	}
 	written := 0
 	for i := range ops {
 		if ops[i].Err == nil {
@@ -1384,7 +1416,7 @@ func (m *Mechanism) RepairKey(ctx context.Context, key []byte) (bool, error) {
 		m.env.Do(ctx, ops)
 		return true, mechanism.Quorum(ops, 0)
 	}
-	st, err := m.loadSet(ctx, *g, roster)
+	st, err := m.loadSet(ctx, *g, roster, nil)
 	if err != nil {
 		return true, err
 	}
