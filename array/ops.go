@@ -283,7 +283,7 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 	// the old one's (always split 0; every split when not banked).
 	inPlace := func(s int) bool { return s < n && s < prevSplits && (s == 0 || !a.banked) }
 	release := func() error {
-		err := a.forSplits(ctx, prevSplits, func(s int) error {
+		err := releaseInOrder(prevSplits, func(s int) error {
 			keep := 0
 			if inPlace(s) {
 				if prev.m == m {
@@ -503,7 +503,7 @@ func (a *Array) remove(ctx context.Context, key []byte) error {
 		return err
 	}
 	h := *l.header()
-	if err := a.forSplits(ctx, int(h.Splits), func(s int) error {
+	if err := releaseInOrder(int(h.Splits), func(s int) error {
 		p := &mechanism.Prev{Header: h}
 		if s == 0 {
 			p.Payload = l.payload
@@ -527,6 +527,26 @@ func (a *Array) remove(ctx context.Context, key []byte) error {
 					return err
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// releaseInOrder runs fn for split 0, then for splits n-1 down to 1, one
+// at a time, and stops at the first error. Removed in this order, what a
+// crash leaves is findable: once split 0 is gone the value is gone, and
+// the splits left are always 1..j, which repair's walk over leftovers
+// (from split 1 up to the first split with no piece) finds whole.
+func releaseInOrder(n int, fn func(s int) error) error {
+	if n == 0 {
+		return nil
+	}
+	if err := fn(0); err != nil {
+		return err
+	}
+	for s := n - 1; s >= 1; s-- {
+		if err := fn(s); err != nil {
+			return err
 		}
 	}
 	return nil
