@@ -51,6 +51,10 @@
 //     bound on the disk footprint, not an exact logical quota.
 //   - Pebble errors other than not-found and corruption surface wrapped in
 //     device.ErrDeviceFailed: nothing about the key can be concluded.
+//   - Close flushes the memtable before closing, so a cleanly closed
+//     device depends on no WAL. (Damage to the last records of a WAL left
+//     by a crash is read by Pebble as the torn tail a crash leaves: those
+//     writes are dropped, as they would be had the crash come earlier.)
 //   - Close waits for calls in flight; calls after Close return
 //     device.ErrDeviceFailed. (So an Iterate callback must not call Close.)
 //   - Pebble's logger is silenced so that CLI output stays clean.
@@ -915,7 +919,12 @@ func (d *Device) Close() error {
 		return nil // already reported by every call; see the package doc
 	}
 	done := make(chan error, 1)
-	go func() { done <- d.db.Close() }()
+	go func() {
+		// Flushed first, so that a cleanly closed device replays no WAL
+		// at open: damage to a WAL's last records reads as a crash's torn
+		// tail, and would silently drop acknowledged writes.
+		done <- errors.Join(d.db.Flush(), d.db.Close())
+	}()
 	t := time.NewTimer(d.timeout)
 	defer t.Stop()
 	select {
