@@ -79,6 +79,7 @@ var corruptCases = []corruptCase{
 	{"sstable footer", false, flip("*.sst", 8, func(n int) int { return n - 8 })},
 	{"sstable truncated", false, truncate("*.sst")},
 	{"sstable deleted", false, remove("*.sst")},
+	{"blob file", false, flip("*.blob", 16, func(n int) int { return n / 2 })},
 	{"wal flipped", true, flip("*.log", 16, func(n int) int { return n / 3 })},
 	{"wal truncated", true, truncate("*.log")},
 	{"manifest flipped", false, flip("MANIFEST-*", 16, func(n int) int { return n / 2 })},
@@ -129,7 +130,7 @@ func TestCorruptFiles(t *testing.T) {
 	want := map[string][]byte{}
 	put := func(from, to int) {
 		for i := from; i < to; i++ {
-			k, v := fmt.Sprintf("key-%04d", i), random(1000+i%7)
+			k, v := fmt.Sprintf("key-%04d", i), random(2000+i%7)
 			if err := d.Store(ctx, []byte(k), v); err != nil {
 				t.Fatal(err)
 			}

@@ -124,6 +124,10 @@ func TestWriteFaults(t *testing.T) {
 		{"manifest", on(eio, "", errorfs.OpFileSync), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// Pebble's small default memtables, so that 50 MiB of stores
+			// rotate WALs and flush tables several times.
+			untuned = true
+			defer func() { untuned = false }()
 			ctx := t.Context()
 			ff := &faultFS{}
 			d, err := Open(t.TempDir(), WithCreate(true), faulty(ff))

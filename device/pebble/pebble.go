@@ -412,8 +412,12 @@ func (d *Device) sample(ctx context.Context) {
 // diskUsage is the bytes the database's files take. Pebble's own figure
 // leaves out the WAL being written until it is rotated, which holds all
 // the data not yet flushed.
+// Nor does it count blob files (separated values) at all in this version
+// of Pebble, though it lists them in BlobFiles.
 func diskUsage(m *pdb.Metrics) int64 {
-	return int64(m.DiskSpaceUsage() - m.WAL.PhysicalSize + max(m.WAL.PhysicalSize, m.WAL.Size))
+	u := m.DiskSpaceUsage() - m.WAL.PhysicalSize + max(m.WAL.PhysicalSize, m.WAL.Size)
+	local := m.BlobFiles.Local.LiveSize + m.BlobFiles.Local.ObsoleteSize
+	return int64(u - local + max(local, m.BlobFiles.LiveSize+m.BlobFiles.ObsoleteSize))
 }
 
 // admit counts n bytes about to be written against the capacity.
