@@ -33,11 +33,11 @@ type guardConn struct {
 type guardState uint8
 
 const (
-	atType    guardState = iota // the next byte starts a reply
-	inSimple                    // +, - or : line, up to its LF
-	inLength                    // $ or * length, up to its CR
-	atLengthLF                  // the LF after a length
-	inPayload                   // a bulk's bytes and CRLF
+	atType     guardState = iota // the next byte starts a reply
+	inSimple                     // +, - or : line, up to its LF
+	inLength                     // $ or * length, up to its CR
+	atLengthLF                   // the LF after a length
+	inPayload                    // a bulk's bytes and CRLF
 )
 
 // SyscallConn exposes the socket, which go-redis's pool uses to find a
