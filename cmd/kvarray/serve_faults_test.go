@@ -3,14 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvarray/kvarray/array"
 )
 
 // TestServeDeviceFaults: `kvarray serve` on its default array (6 Pebble
@@ -107,5 +112,84 @@ func TestServeDeviceFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d writes, %d keys acknowledged; status: %.600s", writes.Load(), len(acked), status)
+	s.stop(t)
+}
+
+// TestServeDeviceFull: `kvarray serve` with one Pebble device on a small
+// tmpfs that fills up under a write load. Invariant: the full device turns
+// read-only-failed and no write hangs or fails (one device is within the
+// tolerance), every acknowledged value reads back byte-exact, and serve
+// stops cleanly in bounded time. It needs mount (root); it skips with the
+// reason elsewhere.
+func TestServeDeviceFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs needs root")
+	}
+	dir := t.TempDir()
+	t.Chdir(dir)
+	ctx := context.Background()
+	serve(t).stop(t) // creates the default array
+
+	// Move device 5 onto a 128 MiB tmpfs.
+	dev5, moved := filepath.Join(dir, "data", "dev5"), filepath.Join(dir, "dev5.orig")
+	if err := os.Rename(dev5, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dev5, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=128m", "tmpfs", dev5).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v: %s", err, bytes.TrimSpace(out))
+	}
+	// Lazy: a read-only device keeps its files open until the process ends.
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dev5).Run() })
+	if out, err := exec.Command("cp", "-a", moved+"/.", dev5).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+
+	s := serve(t)
+	rdb := s.client(t)
+	rng := rand.New(rand.NewPCG(5, 5))
+	acked := map[string][]byte{}
+	full := false
+	for i := 0; i < 2000 && !full; i++ {
+		k := fmt.Sprintf("key-%04d", i%400)
+		v := make([]byte, 100<<10)
+		for j := range v {
+			v[j] = byte(rng.Uint32())
+		}
+		if err := rdb.Set(ctx, k, v, 0).Err(); err != nil {
+			t.Fatalf("SET %s with one device filling up: %v", k, err)
+		}
+		acked[k] = v
+		if i%20 == 19 {
+			raw, err := rdb.Do(ctx, "kvarray.status").Text()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var st array.Status
+			if err := json.Unmarshal([]byte(raw), &st); err != nil {
+				t.Fatal(err)
+			}
+			full = st.Devices[5].State == "failed"
+			if full && !strings.Contains(st.Devices[5].Reason, "device full") {
+				t.Errorf("device 5 failed, but not for a full disk: %s", st.Devices[5].Reason)
+			}
+		}
+	}
+	if !full {
+		status, _ := rdb.Do(ctx, "kvarray.status").Text()
+		out, _ := exec.Command("df", dev5).CombinedOutput()
+		ls, _ := exec.Command("ls", "-la", dev5).CombinedOutput()
+		t.Fatalf("device 5 never failed on a 128 MiB tmpfs: %s\n%s\n%s", status, out, ls)
+	}
+	for k, v := range acked {
+		got, err := rdb.Get(ctx, k).Bytes()
+		if err != nil || !bytes.Equal(got, v) {
+			t.Errorf("GET %s: %d bytes, %v; acknowledged %d bytes", k, len(got), err, len(v))
+		}
+	}
+	out, _ := exec.Command("df", "-h", dev5).CombinedOutput()
+	t.Logf("%d keys acknowledged, device 5 failed for a full disk\n%s", len(acked), out)
 	s.stop(t)
 }

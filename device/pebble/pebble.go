@@ -132,7 +132,6 @@ type Device struct {
 	sampledAt atomic.Int64 // unix nanoseconds of the last sample
 	sampling  sync.Mutex
 	unflushed atomic.Int64 // stores less deletes since the last flush
-	lastKeys  atomic.Int64 // Keys at the last Info, for a failed device
 
 	// running counts the goroutines the watchdog started that have not
 	// returned from Pebble: the database is closed only when none is left.
@@ -844,14 +843,14 @@ func (d *Device) batchReads(ctx context.Context, ops []device.Op, reads []read, 
 }
 
 // Info implements device.Device. Keys and Used are estimates (see the
-// package doc); a device that is read-only or failed reports the last
-// figures it had rather than ask a Pebble that may be stuck.
+// package doc). A device that is read-only or failed returns why, so that
+// status shows the reason, rather than ask a Pebble that may be stuck.
 func (d *Device) Info(ctx context.Context) (device.Info, error) {
 	if err := d.enter(ctx); err != nil {
 		return device.Info{}, d.errorf("info: %w", err)
 	}
 	defer d.exit()
-	if err := d.h.err(); err != nil {
+	if err := d.h.writeable(); err != nil {
 		return device.Info{}, d.errorf("info: %w", err)
 	}
 	info := device.Info{
@@ -861,10 +860,6 @@ func (d *Device) Info(ctx context.Context) (device.Info, error) {
 		MaxKeyLen:   d.limits.MaxKeyLen,
 		MaxValueLen: d.limits.MaxValueLen,
 		Ordered:     true,
-	}
-	if d.h.writeable() != nil {
-		info.Used, info.Keys = d.usage.Load(), d.lastKeys.Load()
-		return info, nil
 	}
 	var used, keys int64
 	err := d.call(ctx, false, func() error {
@@ -887,7 +882,6 @@ func (d *Device) Info(ctx context.Context) (device.Info, error) {
 	d.usage.Store(used)
 	d.since.Store(0)
 	d.sampledAt.Store(time.Now().UnixNano())
-	d.lastKeys.Store(keys)
 	info.Used, info.Keys = used, keys
 	return info, nil
 }
