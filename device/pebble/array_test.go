@@ -156,6 +156,28 @@ func TestArrayOverCorruptDevice(t *testing.T) {
 				t.Fatalf("open the array with device %d damaged: %v", bad, err)
 			}
 			check(a, "damaged device")
+			// Writes go on: overwrites (some changing mechanism) and
+			// deletes, with the damaged device in the array.
+			put(0, 10)
+			for i := 10; i < 15; i++ {
+				k := fmt.Sprintf("key-%03d", i)
+				v := make([]byte, sizes[(i+2)%len(sizes)])
+				for j := range v {
+					v[j] = byte(rng.Uint32())
+				}
+				if err := a.Store(ctx, []byte(k), v); err != nil {
+					t.Fatalf("overwrite %q with %d bytes: %v", k, len(v), err)
+				}
+				want[k] = v
+			}
+			for i := 15; i < 20; i++ {
+				k := fmt.Sprintf("key-%03d", i)
+				if err := a.Delete(ctx, []byte(k)); err != nil {
+					t.Fatalf("delete %q: %v", k, err)
+				}
+				delete(want, k)
+			}
+			check(a, "after writes")
 			rep, err := a.Scrub(ctx, true)
 			if err != nil {
 				t.Fatalf("scrub --repair: %v", err)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -30,11 +31,18 @@ func writeBytes(b *testing.B) int64 {
 	return 0
 }
 
+// cpuTime is the CPU time this process used, user and system, in ns.
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
 // BenchmarkWriteAmp stores 4 KiB values under random keys of a 100k key
 // space from 16 writers (as redis-benchmark -r 100000 -d 4096 -c 16 does
 // to each device), every write synced, and reports the disk bytes written
 // per store, until Close (which flushes): the WAL, flushes and
-// compactions. Run with -benchtime=20000x; "default" is Pebble's own
+// compactions; and the CPU time per store, all goroutines included. Run with -benchtime=20000x; "default" is Pebble's own
 // options, "tuned" this package's.
 func BenchmarkWriteAmp(b *testing.B) {
 	for _, tc := range []struct {
@@ -50,7 +58,7 @@ func BenchmarkWriteAmp(b *testing.B) {
 			}
 			v := random(4 << 10)
 			const writers = 16
-			before := writeBytes(b)
+			before, cpu := writeBytes(b), cpuTime()
 			b.ResetTimer()
 			var wg sync.WaitGroup
 			for g := range writers {
@@ -72,6 +80,7 @@ func BenchmarkWriteAmp(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(writeBytes(b)-before)/float64(b.N), "disk-B/op")
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N)/1e3, "cpu-µs/op")
 		})
 	}
 }
