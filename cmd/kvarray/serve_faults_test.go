@@ -21,10 +21,10 @@ import (
 // TestServeDeviceFaults: `kvarray serve` on its default array (6 Pebble
 // devices, hybrid, 2 device faults tolerated) under a write load from
 // go-redis clients has one device's directory removed (rm -rf), then
-// another's made unreadable (chmod 000, which stops no one when the test
-// runs as root). Invariant: the server stays up, no write fails (both
+// another's made unwritable (chmod 000, and for root, whom modes do not
+// stop, chattr +i). Invariant: the server stays up, no write fails (both
 // faults are within the tolerance), every acknowledged value reads back
-// byte-exact, and serve stops cleanly.
+// byte-exact, both devices end failed, and serve stops cleanly.
 func TestServeDeviceFaults(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
@@ -68,7 +68,11 @@ func TestServeDeviceFaults(t *testing.T) {
 		}()
 	}
 	wait := func(n int64) {
+		deadline := time.Now().Add(time.Minute)
 		for start := writes.Load(); writes.Load() < start+n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d writes in a minute, waiting for %d more", writes.Load()-start, n)
+			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
@@ -90,7 +94,38 @@ func TestServeDeviceFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.Chmod(dev3, 0o755) })
-	wait(200)
+	locked := os.Geteuid() != 0
+	if !locked {
+		// Modes do not stop root; the immutable attribute does, where
+		// the file system has it.
+		if out, err := exec.Command("chattr", "+i", dev3).CombinedOutput(); err != nil {
+			t.Logf("root, and chattr +i fails here (%v: %s): device 3 stays writable", err, bytes.TrimSpace(out))
+		} else {
+			locked = true
+			t.Cleanup(func() { _ = exec.Command("chattr", "-i", dev3).Run() })
+		}
+	}
+	// Both devices fail within seconds (each checks its directory every
+	// second), while the load goes on.
+	admin := s.client(t)
+	state := func(i int) array.DeviceStatus {
+		raw, err := admin.Do(ctx, "kvarray.status").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st array.Status
+		if err := json.Unmarshal([]byte(raw), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Devices[i]
+	}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		if state(1).State == "failed" && (!locked || state(3).State == "failed") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	wait(100)
 	stop.Store(true)
 	wg.Wait()
 
@@ -107,11 +142,14 @@ func TestServeDeviceFaults(t *testing.T) {
 			t.Errorf("GET %s: %d bytes, %v; acknowledged %d bytes", k, len(got), err, len(v))
 		}
 	}
-	status, err := rdb.Do(ctx, "kvarray.status").Text()
-	if err != nil {
-		t.Fatal(err)
+	for _, i := range []int{1, 3} {
+		st := state(i)
+		t.Logf("device %d: %s (%s)", i, st.State, st.Reason)
+		if st.State != "failed" && (i == 1 || locked) {
+			t.Errorf("device %d is %s, want failed", i, st.State)
+		}
 	}
-	t.Logf("%d writes, %d keys acknowledged; status: %.600s", writes.Load(), len(acked), status)
+	t.Logf("%d writes, %d keys acknowledged", writes.Load(), len(acked))
 	s.stop(t)
 }
 

@@ -281,13 +281,29 @@ func TestRemovedDir(t *testing.T) {
 	closeWithin(t, d)
 }
 
-// TestUnreadableDir: chmod 000 on the directory of a device in use fails
-// it. Root ignores the mode bits, so it skips there (the rotation case of
-// TestWriteFaults injects the same EACCES).
-func TestUnreadableDir(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("running as root: chmod 000 does not stop root; TestWriteFaults/wal_rotation injects EACCES instead")
+// lockDir makes dir refuse new entries to this process: chmod 000, or
+// for root, whom modes do not stop, the immutable attribute (chattr +i,
+// which stops root too; not every file system has it). It skips the test
+// when neither works.
+func lockDir(t *testing.T, dir string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if err := os.Chmod(dir, 0); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.Chmod(dir, 0o755) })
+		return
 	}
+	if out, err := exec.Command("chattr", "+i", dir).CombinedOutput(); err != nil {
+		t.Skipf("running as root, and chattr +i fails here (%v: %s): nothing stops root from writing", err, bytes.TrimSpace(out))
+	}
+	t.Cleanup(func() { _ = exec.Command("chattr", "-i", dir).Run() })
+}
+
+// TestUnwritableDir: a device in use whose directory stops taking new
+// files (chmod 000; chattr +i for root) fails when Pebble next needs one,
+// with the reason, under a write load, without a panic.
+func TestUnwritableDir(t *testing.T) {
 	dir := t.TempDir()
 	d, err := Open(dir, WithCreate(true))
 	if err != nil {
@@ -296,13 +312,12 @@ func TestUnreadableDir(t *testing.T) {
 	if err := d.Store(t.Context(), []byte("key-1"), []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(dir, 0); err != nil {
-		t.Fatal(err)
+	lockDir(t, dir)
+	_, err = fill(t, d, "after", 400)
+	if !errors.Is(err, device.ErrDeviceFailed) {
+		t.Fatalf("stores into an unwritable directory: %v, want ErrDeviceFailed", err)
 	}
-	t.Cleanup(func() { _ = os.Chmod(dir, 0o755) })
-	if _, err := fill(t, d, "after", 200); !errors.Is(err, device.ErrDeviceFailed) {
-		t.Fatalf("stores into an unreadable directory: %v, want ErrDeviceFailed", err)
-	}
+	t.Logf("failed with: %v", err)
 	closeWithin(t, d)
 }
 

@@ -23,8 +23,10 @@
 //     WithTimeout) returns device.ErrDeviceFailed with the reason; every
 //     later call returns it without entering Pebble; Close finishes in
 //     bounded time (a failed database is left open, its goroutines
-//     parked, until the process exits). A probe notices a removed or
-//     unreadable directory within a second, before Pebble needs a new file.
+//     parked, until the process exits). A probe notices within a second a
+//     directory removed, or one that no longer takes new files, before
+//     Pebble needs one (it creates and removes a file "kvarray-probe" in
+//     the directory every second).
 //   - A full file system (ENOSPC, EDQUOT) makes the device read-only: that
 //     write and every later one return device.ErrNoSpace, wrapping also
 //     device.ErrDeviceFailed so that the array counts a failed device, not
@@ -223,15 +225,21 @@ func (d *Device) openErr(err error) error {
 // probeEvery is how often the directory is checked.
 const probeEvery = time.Second
 
+// probeFile is the file the probe creates and removes; Pebble ignores
+// files it did not name.
+const probeFile = "kvarray-probe"
+
 // probe checks every probeEvery that the directory still holds Pebble's
-// lock file: a directory removed or made unreadable under a running
-// database is noticed at once, not when Pebble next creates a file (a
-// write to a removed directory's open WAL still succeeds, and is lost).
+// lock file and still takes a new file: a directory removed, made
+// unreadable or unwritable (or its file system remounted read-only) under
+// a running database fails the device at once, not when Pebble next needs
+// a file, which on a quiet device may be hours later (and a write to a
+// removed directory's open WAL still succeeds, and is lost).
 func (d *Device) probe() {
 	defer close(d.probeDone)
 	t := time.NewTicker(probeEvery)
 	defer t.Stop()
-	lock := d.fs.PathJoin(d.dir, "LOCK")
+	lock, scratch := d.fs.PathJoin(d.dir, "LOCK"), d.fs.PathJoin(d.dir, probeFile)
 	for {
 		select {
 		case <-d.stopProbe:
@@ -239,10 +247,22 @@ func (d *Device) probe() {
 		case <-d.h.dead:
 			return
 		case <-t.C:
-			if _, err := d.fs.Stat(lock); err != nil {
-				d.h.fail(fmt.Errorf("directory check: %w", err))
-				return
-			}
+		}
+		if _, err := d.fs.Stat(lock); err != nil {
+			d.h.fail(fmt.Errorf("directory check: %w", err))
+			return
+		}
+		f, err := d.fs.Create(scratch, vfs.WriteCategoryUnspecified)
+		if err == nil {
+			err = errors.Join(f.Close(), d.fs.Remove(scratch))
+		}
+		switch {
+		case err == nil:
+		case isNoSpace(err):
+			d.h.noSpace(fmt.Errorf("directory check: %w", err))
+		default:
+			d.h.fail(fmt.Errorf("directory check: cannot create a file: %w", err))
+			return
 		}
 	}
 }
