@@ -42,12 +42,15 @@
 //     checks in the background, fail the device) with the reason.
 //   - Accounting costs no read per write and no scan at open, so Keys and
 //     Used are estimates from Pebble's own metadata. Used is the bytes the
-//     database's files take on disk (tables, WAL, MANIFEST): versions not
-//     yet compacted away count, compression does not, and a fresh database
-//     already uses some KiB. Keys is the sum over tables of their entries
-//     less their tombstones, plus stores less deletes not yet flushed: a
-//     key overwritten in several tables counts until compaction merges
-//     them. The capacity bounds Used: a write is refused with
+//     database's files take on disk (tables, blob files, WAL, MANIFEST),
+//     after compression: versions not yet compacted away count, and a
+//     fresh database already uses some KiB. Keys is the sum over tables of
+//     their entries less their tombstones (from table statistics Pebble
+//     loads in the background after Open), plus stores less deletes since
+//     the last flush: a key overwritten in several tables counts until
+//     compaction merges them, a blind delete counts down, and after a
+//     crash the WAL replayed is not counted until flushed. Once compacted,
+//     Keys is exact. The capacity bounds Used: a write is refused with
 //     device.ErrNoSpace (for that write only) when Used, sampled at most
 //     every 100 ms, plus the bytes admitted since would pass it. It is a
 //     bound on the disk footprint, not an exact logical quota.
