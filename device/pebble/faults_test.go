@@ -189,6 +189,30 @@ func TestWriteFaults(t *testing.T) {
 	}
 }
 
+// TestFullStaysReadable: a device that ran out of space keeps serving
+// reads for good: the write parked on purpose is not taken for a stuck
+// disk, which Pebble reports after 5 s (here over the time limit).
+func TestFullStaysReadable(t *testing.T) {
+	ff := &faultFS{}
+	d, err := Open(t.TempDir(), WithCreate(true), WithTimeout(time.Second), faulty(ff))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := d.Store(ctx, []byte("key-1"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	ff.set(on(syscall.ENOSPC, ".log", errorfs.OpFileWrite, errorfs.OpFileWriteAt))
+	if err := d.Store(ctx, []byte("key-2"), []byte("v")); !errors.Is(err, device.ErrNoSpace) {
+		t.Fatalf("store on a full disk: %v, want ErrNoSpace", err)
+	}
+	time.Sleep(6500 * time.Millisecond)
+	if v, err := d.Retrieve(ctx, []byte("key-1")); err != nil || string(v) != "v" {
+		t.Fatalf("read from a full device after 6.5 s: %q, %v", v, err)
+	}
+	closeWithin(t, d)
+}
+
 // TestFatalf: Pebble's Fatalf marks the device failed with the reason and
 // never returns into Pebble.
 func TestFatalf(t *testing.T) {
@@ -227,6 +251,41 @@ func TestStuckDisk(t *testing.T) {
 	err = d.Store(t.Context(), []byte("key-1"), []byte("v"))
 	if !errors.Is(err, device.ErrDeviceFailed) || !strings.Contains(err.Error(), "time limit") {
 		t.Fatalf("store on a stuck disk: %v, want ErrDeviceFailed over the time limit", err)
+	}
+	closeWithin(t, d)
+}
+
+// TestStuckBackgroundWrite: a flush stuck in a table write, with no call
+// waiting on it, fails the device once Pebble's disk health check (5 s)
+// reports it past the time limit.
+func TestStuckBackgroundWrite(t *testing.T) {
+	ff := &faultFS{}
+	d, err := Open(t.TempDir(), WithCreate(true), WithTimeout(time.Second), faulty(ff))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	defer close(release)
+	if err := d.Store(t.Context(), []byte("key-1"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	ff.set(func(op errorfs.Op) error {
+		if strings.HasSuffix(op.Path, ".sst") && op.Kind == errorfs.OpFileWrite {
+			<-release
+		}
+		return nil
+	})
+	go func() { _ = d.db.Flush() }() // stuck for good: not a device call
+	select {
+	case <-d.h.dead:
+	case <-time.After(15 * time.Second):
+		t.Fatal("a table write stuck for 15 s did not fail the device")
+	}
+	if err := d.h.err(); !strings.Contains(err.Error(), "disk stuck") {
+		t.Fatalf("failed for another reason: %v", err)
+	}
+	if _, err := d.Retrieve(t.Context(), []byte("key-1")); !errors.Is(err, device.ErrDeviceFailed) {
+		t.Fatalf("read after the disk stuck: %v, want ErrDeviceFailed", err)
 	}
 	closeWithin(t, d)
 }

@@ -132,7 +132,9 @@ func (d *Device) events() *pdb.EventListener {
 			}
 		},
 		DiskSlow: func(info pdb.DiskSlowInfo) {
-			if info.Duration >= d.timeout {
+			// On a device already read-only or failed, the stuck
+			// operation is the one parked on purpose (see trouble).
+			if info.Duration >= d.timeout && d.h.writeable() == nil {
 				d.h.fail(fmt.Errorf("disk stuck for %v in %s of %s", info.Duration, info.OpType, info.Path))
 			}
 		},
