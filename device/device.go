@@ -43,11 +43,13 @@ var (
 	ErrCorrupt = errors.New("corrupt")
 )
 
-// Info describes a device: its limits and its accounting.
+// Info describes a device: its limits and its accounting. Used and Keys
+// are exact on mem and redis devices and estimates on pebble devices,
+// which keep no count of their own (see each package's doc).
 type Info struct {
 	Name        string // spec or name, for messages: "mem:dev0", "pebble:/data/dev0"
 	Capacity    int64  // bytes; 0 means unlimited
-	Used        int64  // bytes of keys and values stored (logical)
+	Used        int64  // bytes of keys and values stored (logical; pebble: on disk)
 	Keys        int64  // number of keys stored
 	MinKeyLen   int
 	MaxKeyLen   int

@@ -13,22 +13,56 @@
 //     an error wrapping device.ErrDeviceFailed that names the directory.
 //     An array must never take a fresh empty device for a healthy member
 //     that merely lost its data.
-//   - Keys and Used (the sum of len(key)+len(value)) are exact. They are
-//     loaded by one scan at Open and then kept in memory, adjusted on every
-//     write. Writers of one key are serialised by striped mutexes, so the
-//     size they replace, read with a Get before the write, is the one the
-//     write really replaces. Growth is reserved against the capacity before
-//     the write and given back if the write fails, so concurrent writers
-//     cannot jointly exceed it. (One exception: a Batch frees the space of
-//     its deletes as it goes, for its own later ops; if its commit then
-//     fails while a concurrent writer has taken that space, Used can end
-//     above the capacity. It stays exact.)
-//   - Pebble errors other than not-found surface wrapped in
+//   - No fault of the files takes the process down. Pebble answers write
+//     errors (a removed or unwritable directory, a full disk, an I/O error)
+//     with panics and Fatalf deep inside its locks. Here the file system
+//     wrapper parks the goroutine that met a write error, and Fatalf parks
+//     its goroutine, after recording the reason: Pebble never sees the
+//     error, so it never unwinds. Every Pebble call runs under a watchdog,
+//     so a caller waiting on a parked goroutine (or on a disk stuck past
+//     WithTimeout) returns device.ErrDeviceFailed with the reason; every
+//     later call returns it without entering Pebble; Close finishes in
+//     bounded time (a failed database is left open, its goroutines
+//     parked, until the process exits). A probe notices within a second a
+//     directory removed, or one that no longer takes new files, before
+//     Pebble needs one (it creates and removes a file "kvarray-probe" in
+//     the directory every second).
+//   - A full file system (ENOSPC, EDQUOT) makes the device read-only: that
+//     write and every later one return device.ErrNoSpace, wrapping also
+//     device.ErrDeviceFailed so that the array counts a failed device, not
+//     a refused value; reads are still served. Any other write error, a
+//     Fatalf, or a call over the time limit makes it failed. Both last until
+//     the device is opened again.
+//   - Corruption Pebble finds in a read (a block failing its checksum)
+//     returns an error wrapping device.ErrCorrupt for the keys that read
+//     touches; the device keeps serving the rest. Iterate over a corrupt
+//     region wraps device.ErrCorrupt and device.ErrDeviceFailed: the
+//     device's key list cannot be trusted. Corrupt WAL, MANIFEST or OPTIONS
+//     files, or a truncated or missing table, fail Open (or, for what Pebble
+//     checks in the background, fail the device) with the reason.
+//   - Accounting costs no read per write and no scan at open, so Keys and
+//     Used are estimates from Pebble's own metadata. Used is the bytes the
+//     database's files take on disk (tables, blob files, WAL, MANIFEST),
+//     after compression: versions not yet compacted away count, and a
+//     fresh database already uses some KiB. Keys is the sum over tables of
+//     their entries less their tombstones (from table statistics Pebble
+//     loads in the background after Open), plus stores less deletes since
+//     the last flush: a key overwritten in several tables counts until
+//     compaction merges them, a blind delete counts down, and after a
+//     crash the WAL replayed is not counted until flushed. Once compacted,
+//     Keys is exact. The capacity bounds Used: a write is refused with
+//     device.ErrNoSpace (for that write only) when Used, sampled at most
+//     every 100 ms, plus the bytes admitted since would pass it. It is a
+//     bound on the disk footprint, not an exact logical quota.
+//   - Pebble errors other than not-found and corruption surface wrapped in
 //     device.ErrDeviceFailed: nothing about the key can be concluded.
+//   - Close flushes the memtable before closing, so a cleanly closed
+//     device depends on no WAL. (Damage to the last records of a WAL left
+//     by a crash is read by Pebble as the torn tail a crash leaves: those
+//     writes are dropped, as they would be had the crash come earlier.)
 //   - Close waits for calls in flight; calls after Close return
 //     device.ErrDeviceFailed. (So an Iterate callback must not call Close.)
-//   - Pebble's logger is silenced so that CLI output stays clean; a fatal
-//     Pebble error panics instead of exiting the process.
+//   - Pebble's logger is silenced so that CLI output stays clean.
 package pebble
 
 import (
@@ -36,13 +70,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"io/fs"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	pdb "github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -57,6 +90,7 @@ type options struct {
 	create   bool
 	limits   device.Limits
 	capacity int64
+	timeout  time.Duration
 	fs       vfs.FS
 }
 
@@ -71,26 +105,44 @@ func WithLimits(l device.Limits) Option { return func(o *options) { o.limits = l
 // WithCapacity limits the bytes of keys and values stored; 0 is unlimited.
 func WithCapacity(bytes int64) Option { return func(o *options) { o.capacity = bytes } }
 
+// DefaultTimeout is how long one Pebble call may run before the device is
+// marked failed: generous, as a loaded disk may take seconds for an fsync.
+const DefaultTimeout = 30 * time.Second
+
+// WithTimeout sets how long one Pebble call (or a disk operation Pebble
+// runs in the background) may take before the device is marked failed;
+// zero means DefaultTimeout.
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
 // withFS runs Pebble over fs, so tests can inject file system errors.
 func withFS(fs vfs.FS) Option { return func(o *options) { o.fs = fs } }
-
-// stripes is the number of per-key-hash write locks. Enough that unrelated
-// writers rarely share one; a batch takes each at most once.
-const stripes = 256
 
 // Device is a Pebble-backed device. Open it with Open.
 type Device struct {
 	dir      string
 	name     string
 	db       *pdb.DB
+	fs       vfs.FS // the file system under the guard
 	limits   device.Limits
 	capacity int64
+	timeout  time.Duration
+	h        *health
 
-	keys atomic.Int64
-	used atomic.Int64
+	// corruptions counts corrupt blocks Pebble reported.
+	corruptions atomic.Int64
 
-	seed  maphash.Seed
-	locks [stripes]sync.Mutex
+	// Accounting estimates; see the package doc.
+	usage     atomic.Int64 // disk bytes at the last sample
+	since     atomic.Int64 // bytes admitted since the last sample
+	sampledAt atomic.Int64 // unix nanoseconds of the last sample
+	sampling  sync.Mutex
+	unflushed atomic.Int64 // stores less deletes since the last flush
+
+	// running counts the goroutines the watchdog started that have not
+	// returned from Pebble: the database is closed only when none is left.
+	running   atomic.Int64
+	stopProbe chan struct{}
+	probeDone chan struct{}
 
 	// Close gate: calls register as in flight; Close marks the device
 	// closed and waits for them, so the DB is never used after its Close.
@@ -116,32 +168,160 @@ func Open(dir string, opts ...Option) (*Device, error) {
 	if o.capacity < 0 {
 		return nil, fmt.Errorf("%s: open: negative capacity %d", name, o.capacity)
 	}
+	if o.timeout < 0 {
+		return nil, fmt.Errorf("%s: open: negative timeout %v", name, o.timeout)
+	}
+	if o.timeout == 0 {
+		o.timeout = DefaultTimeout
+	}
+	if o.fs == nil {
+		o.fs = vfs.Default
+	}
 	if err := checkDir(dir, o.create); err != nil {
 		return nil, fmt.Errorf("%s: open: %w", name, err)
 	}
-	popts := &pdb.Options{
-		Logger:           quietLogger{},
-		ErrorIfNotExists: !o.create,
-		FS:               o.fs,
-	}
-	db, err := pdb.Open(dir, popts)
-	if err != nil {
-		return nil, fmt.Errorf("%s: open: %w: %w", name, err, device.ErrDeviceFailed)
-	}
 	d := &Device{
-		dir:      dir,
-		name:     name,
-		db:       db,
-		limits:   l,
-		capacity: o.capacity,
-		seed:     maphash.MakeSeed(),
+		dir:       dir,
+		name:      name,
+		fs:        o.fs,
+		limits:    l,
+		capacity:  o.capacity,
+		timeout:   o.timeout,
+		h:         newHealth(),
+		stopProbe: make(chan struct{}),
+		probeDone: make(chan struct{}),
 	}
 	d.idle.L = &d.gate
-	if err := d.load(); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("%s: open: loading accounting: %w: %w", name, err, device.ErrDeviceFailed)
+	popts := tuned(&pdb.Options{
+		Logger:           logger{d.h},
+		EventListener:    d.events(),
+		ErrorIfNotExists: !o.create,
+		FS:               guardFS{FS: o.fs, h: d.h},
+	})
+	// Pebble's disk health checks, over the guard, report a write stuck
+	// in the kernel (DiskSlow) even when no caller waits on it.
+	popts.WithFSDefaults()
+	var db *pdb.DB
+	err := d.call(context.Background(), true, func() error {
+		var err error
+		db, err = pdb.Open(dir, popts)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: open: %w", name, d.openErr(err))
 	}
+	d.db = db
+	d.sample(context.Background())
+	go d.probe()
 	return d, nil
+}
+
+// openErr classifies an error of pdb.Open: every one means the device
+// cannot serve.
+func (d *Device) openErr(err error) error {
+	switch {
+	case errors.Is(err, device.ErrDeviceFailed):
+		return err
+	case pdb.IsCorruptionError(err):
+		return fmt.Errorf("%w: %w: %w", err, device.ErrCorrupt, device.ErrDeviceFailed)
+	}
+	return failed(err)
+}
+
+// probeEvery is how often the directory is checked.
+const probeEvery = time.Second
+
+// probeFile is the file the probe creates and removes; Pebble ignores
+// files it did not name.
+const probeFile = "kvarray-probe"
+
+// probe checks every probeEvery that the directory still holds Pebble's
+// lock file and still takes a new file: a directory removed, made
+// unreadable or unwritable (or its file system remounted read-only) under
+// a running database fails the device at once, not when Pebble next needs
+// a file, which on a quiet device may be hours later (and a write to a
+// removed directory's open WAL still succeeds, and is lost).
+func (d *Device) probe() {
+	defer close(d.probeDone)
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	lock, scratch := d.fs.PathJoin(d.dir, "LOCK"), d.fs.PathJoin(d.dir, probeFile)
+	for {
+		select {
+		case <-d.stopProbe:
+			return
+		case <-d.h.dead:
+			return
+		case <-t.C:
+		}
+		if _, err := d.fs.Stat(lock); err != nil {
+			d.h.fail(fmt.Errorf("directory check: %w", err))
+			return
+		}
+		f, err := d.fs.Create(scratch, vfs.WriteCategoryUnspecified)
+		if err == nil {
+			err = errors.Join(f.Close(), d.fs.Remove(scratch))
+		}
+		switch {
+		case err == nil:
+		case isNoSpace(err):
+			d.h.noSpace(fmt.Errorf("directory check: %w", err))
+		default:
+			d.h.fail(fmt.Errorf("directory check: cannot create a file: %w", err))
+			return
+		}
+	}
+}
+
+// call runs fn, a call into Pebble, on its own goroutine under the
+// watchdog: it returns fn's error, or, without waiting for fn, the
+// device's failure once it is marked failed (read-only too, for a write),
+// the context's error, or a failure after the time limit. A device already
+// failed refuses without running fn. fn must not touch the caller's
+// buffers, which the caller may reuse as soon as call returns.
+func (d *Device) call(ctx context.Context, write bool, fn func() error) error {
+	if err := d.refusal(write); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	d.running.Add(1)
+	go func() {
+		defer d.running.Add(-1)
+		done <- fn()
+	}()
+	var full chan struct{} // nil, never ready, for reads
+	if write {
+		full = d.h.full
+	}
+	t := time.NewTimer(d.timeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			// The reason beats the symptom Pebble saw.
+			if herr := d.refusal(write); herr != nil {
+				return herr
+			}
+		}
+		return err
+	case <-d.h.dead:
+		return d.h.err()
+	case <-full:
+		return d.h.writeable()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		d.h.fail(fmt.Errorf("a call ran over the %v time limit", d.timeout))
+		return d.h.err()
+	}
+}
+
+// refusal is why a call must not enter Pebble, or nil.
+func (d *Device) refusal(write bool) error {
+	if write {
+		return d.h.writeable()
+	}
+	return d.h.err()
 }
 
 // checkDir refuses, without creating anything, a directory that does not
@@ -184,44 +364,24 @@ func checkDir(dir string, create bool) error {
 	return fmt.Errorf("directory %s holds no pebble database: %w", dir, device.ErrDeviceFailed)
 }
 
-// load counts the keys and bytes stored. Value lengths come from the lazy
-// value, so values kept out of line are not read.
-func (d *Device) load() error {
-	it, err := d.db.NewIter(nil)
-	if err != nil {
-		return err
-	}
-	var keys, used int64
-	for ok := it.First(); ok; ok = it.Next() {
-		lv := it.LazyValue()
-		keys++
-		used += int64(len(it.Key()) + lv.Len())
-	}
-	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return err
-	}
-	d.keys.Store(keys)
-	d.used.Store(used)
-	return nil
-}
-
-// quietLogger keeps Pebble silent. Fatal errors panic, which still stops
-// the process loudly, rather than letting Pebble carry on in a state it
-// considers unrecoverable.
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any)  {}
-func (quietLogger) Errorf(string, ...any) {}
-func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf("pebble: "+format, args...))
-}
-
 func (d *Device) errorf(format string, args ...any) error {
 	return fmt.Errorf("%s: "+format, append([]any{d.name}, args...)...)
 }
 
 // failed wraps a Pebble error: the device could not serve the request.
 func failed(err error) error { return fmt.Errorf("%w: %w", err, device.ErrDeviceFailed) }
+
+// classify turns an error of a Pebble call into the device's sentinels.
+func classify(err error) error {
+	switch {
+	case err == nil, errors.Is(err, device.ErrDeviceFailed),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case pdb.IsCorruptionError(err):
+		return fmt.Errorf("%w: %w", err, device.ErrCorrupt)
+	}
+	return failed(err)
+}
 
 var errClosed = fmt.Errorf("closed: %w", device.ErrDeviceFailed)
 
@@ -248,56 +408,93 @@ func (d *Device) exit() {
 	}
 }
 
-func (d *Device) stripe(key []byte) int {
-	return int(maphash.Bytes(d.seed, key) % stripes)
+// sampleEvery bounds how often the capacity check asks Pebble for the
+// disk usage.
+const sampleEvery = 100 * time.Millisecond
+
+// sample refreshes the disk usage unless another caller is doing it or it
+// is fresh.
+func (d *Device) sample(ctx context.Context) {
+	if !d.sampling.TryLock() {
+		return
+	}
+	defer d.sampling.Unlock()
+	if time.Since(time.Unix(0, d.sampledAt.Load())) < sampleEvery {
+		return
+	}
+	var used int64
+	if err := d.call(ctx, false, func() error {
+		used = diskUsage(d.db.Metrics())
+		return nil
+	}); err != nil {
+		return
+	}
+	d.usage.Store(used)
+	d.since.Store(0)
+	d.sampledAt.Store(time.Now().UnixNano())
 }
 
-// reserve adds n > 0 bytes to Used unless that would exceed the capacity.
-// It compares and swaps rather than adds and checks, so that a refused
-// reservation is never visible to others.
-func (d *Device) reserve(n int64) error {
-	for {
-		u := d.used.Load()
-		if d.capacity > 0 && u+n > d.capacity {
-			return fmt.Errorf("%d of %d bytes used, %d more needed: %w", u, d.capacity, n, device.ErrNoSpace)
-		}
-		if d.used.CompareAndSwap(u, u+n) {
+// diskUsage is the bytes the database's files take. Pebble's own figure
+// leaves out the WAL being written until it is rotated, which holds all
+// the data not yet flushed.
+// Nor does it count blob files (separated values) at all in this version
+// of Pebble, though it lists them in BlobFiles.
+func diskUsage(m *pdb.Metrics) int64 {
+	u := m.DiskSpaceUsage() - m.WAL.PhysicalSize + max(m.WAL.PhysicalSize, m.WAL.Size)
+	local := m.BlobFiles.Local.LiveSize + m.BlobFiles.Local.ObsoleteSize
+	return int64(u - local + max(local, m.BlobFiles.LiveSize+m.BlobFiles.ObsoleteSize))
+}
+
+// admit counts n bytes about to be written against the capacity.
+func (d *Device) admit(ctx context.Context, n int64) error {
+	if d.capacity == 0 {
+		return nil
+	}
+	if d.usage.Load()+d.since.Load()+n > d.capacity {
+		d.sample(ctx)
+	}
+	if u := d.usage.Load() + d.since.Add(n); u > d.capacity {
+		d.since.Add(-n)
+		return fmt.Errorf("about %d of %d bytes used on disk, %d more needed: %w", u-n, d.capacity, n, device.ErrNoSpace)
+	}
+	return nil
+}
+
+// commit commits b, synced, under the watchdog, and releases it.
+func (d *Device) commit(ctx context.Context, b *pdb.Batch) error {
+	return classify(d.call(ctx, true, func() error {
+		defer b.Close()
+		return b.Commit(pdb.Sync)
+	}))
+}
+
+// lookup reads key; the value is copied only when want is set (then it is
+// never nil when found).
+func (d *Device) lookup(ctx context.Context, key []byte, want bool) ([]byte, bool, error) {
+	key = bytes.Clone(key) // the call may outlive this one's caller
+	var (
+		v     []byte
+		found bool
+	)
+	err := d.call(ctx, false, func() error {
+		val, closer, err := d.db.Get(key)
+		if errors.Is(err, pdb.ErrNotFound) {
 			return nil
 		}
-	}
-}
-
-// size returns len(key)+len(value) of the stored key, or false.
-func (d *Device) size(key []byte) (int64, bool, error) {
-	v, closer, err := d.db.Get(key)
-	if errors.Is(err, pdb.ErrNotFound) {
-		return 0, false, nil
-	}
+		if err != nil {
+			return err
+		}
+		if want {
+			v = make([]byte, len(val))
+			copy(v, val)
+		}
+		found = true
+		return closer.Close()
+	})
 	if err != nil {
-		return 0, false, failed(err)
+		return nil, false, classify(err)
 	}
-	n := int64(len(key) + len(v))
-	if err := closer.Close(); err != nil {
-		return 0, false, failed(err)
-	}
-	return n, true, nil
-}
-
-// get returns a copy of the stored value, never nil when found.
-func (d *Device) get(key []byte) ([]byte, bool, error) {
-	v, closer, err := d.db.Get(key)
-	if errors.Is(err, pdb.ErrNotFound) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, failed(err)
-	}
-	out := make([]byte, len(v))
-	copy(out, v)
-	if err := closer.Close(); err != nil {
-		return nil, false, failed(err)
-	}
-	return out, true, nil
+	return v, found, nil
 }
 
 // Store implements device.Device.
@@ -309,31 +506,21 @@ func (d *Device) Store(ctx context.Context, key, value []byte) error {
 	if err := d.checkStore(key, value); err != nil {
 		return d.errorf("store %q: %w", key, err)
 	}
-	mu := &d.locks[d.stripe(key)]
-	mu.Lock()
-	defer mu.Unlock()
-	old, found, err := d.size(key)
-	if err != nil {
+	if err := d.h.writeable(); err != nil {
 		return d.errorf("store %q: %w", key, err)
 	}
-	delta := int64(len(key)+len(value)) - old
-	if delta > 0 {
-		if err := d.reserve(delta); err != nil {
-			return d.errorf("store %q: %w", key, err)
-		}
+	if err := d.admit(ctx, int64(len(key)+len(value))); err != nil {
+		return d.errorf("store %q: %w", key, err)
 	}
-	if err := d.db.Set(key, value, pdb.Sync); err != nil {
-		if delta > 0 {
-			d.used.Add(-delta)
-		}
+	b := d.db.NewBatch()
+	if err := b.Set(key, value, nil); err != nil {
+		b.Close()
 		return d.errorf("store %q: %w", key, failed(err))
 	}
-	if delta < 0 {
-		d.used.Add(delta)
+	if err := d.commit(ctx, b); err != nil {
+		return d.errorf("store %q: %w", key, err)
 	}
-	if !found {
-		d.keys.Add(1)
-	}
+	d.unflushed.Add(1)
 	return nil
 }
 
@@ -353,7 +540,7 @@ func (d *Device) Retrieve(ctx context.Context, key []byte) ([]byte, error) {
 	if err := d.limits.CheckKey(key); err != nil {
 		return nil, d.errorf("retrieve %q: %w", key, err)
 	}
-	v, found, err := d.get(key)
+	v, found, err := d.lookup(ctx, key, true)
 	if err != nil {
 		return nil, d.errorf("retrieve %q: %w", key, err)
 	}
@@ -363,7 +550,8 @@ func (d *Device) Retrieve(ctx context.Context, key []byte) ([]byte, error) {
 	return v, nil
 }
 
-// Delete implements device.Device. Deleting a missing key writes nothing.
+// Delete implements device.Device. It writes a tombstone whether or not
+// the key exists: finding out would cost a read.
 func (d *Device) Delete(ctx context.Context, key []byte) error {
 	if err := d.enter(ctx); err != nil {
 		return d.errorf("delete %q: %w", key, err)
@@ -372,21 +560,18 @@ func (d *Device) Delete(ctx context.Context, key []byte) error {
 	if err := d.limits.CheckKey(key); err != nil {
 		return d.errorf("delete %q: %w", key, err)
 	}
-	mu := &d.locks[d.stripe(key)]
-	mu.Lock()
-	defer mu.Unlock()
-	old, found, err := d.size(key)
-	if err != nil {
+	if err := d.h.writeable(); err != nil {
 		return d.errorf("delete %q: %w", key, err)
 	}
-	if !found {
-		return nil
-	}
-	if err := d.db.Delete(key, pdb.Sync); err != nil {
+	b := d.db.NewBatch()
+	if err := b.Delete(key, nil); err != nil {
+		b.Close()
 		return d.errorf("delete %q: %w", key, failed(err))
 	}
-	d.used.Add(-old)
-	d.keys.Add(-1)
+	if err := d.commit(ctx, b); err != nil {
+		return d.errorf("delete %q: %w", key, err)
+	}
+	d.unflushed.Add(-1)
 	return nil
 }
 
@@ -399,7 +584,7 @@ func (d *Device) Exist(ctx context.Context, key []byte) (bool, error) {
 	if err := d.limits.CheckKey(key); err != nil {
 		return false, d.errorf("exist %q: %w", key, err)
 	}
-	_, found, err := d.size(key)
+	_, found, err := d.lookup(ctx, key, false)
 	if err != nil {
 		return false, d.errorf("exist %q: %w", key, err)
 	}
@@ -419,33 +604,98 @@ func prefixEnd(prefix []byte) []byte {
 	return nil
 }
 
+// iterChunk is how many keys the iterating goroutine hands over at once.
+const iterChunk = 256
+
+// chunk is a run of keys read by Iterate's goroutine; err and last end it.
+type chunk struct {
+	keys [][]byte
+	err  error
+	last bool
+}
+
 // Iterate implements device.Device. It reads a consistent snapshot (a
-// Pebble iterator), so writes made by fn are not seen.
+// Pebble iterator), so writes made by fn are not seen. The iterator runs
+// on its own goroutine, which hands over keys in chunks, so that each
+// chunk waits under the watchdog and fn runs on the caller's goroutine.
 func (d *Device) Iterate(ctx context.Context, prefix []byte, fn func(key []byte) error) error {
 	if err := d.enter(ctx); err != nil {
 		return d.errorf("iterate %q: %w", prefix, err)
 	}
 	defer d.exit()
-	it, err := d.db.NewIterWithContext(ctx, &pdb.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return d.errorf("iterate %q: %w", prefix, failed(err))
+	if err := d.h.err(); err != nil {
+		return d.errorf("iterate %q: %w", prefix, err)
 	}
-	var key []byte // a copy, so fn cannot disturb the iterator's buffer
-	for ok := it.First(); ok; ok = it.Next() {
-		if err := ctx.Err(); err != nil {
-			_ = it.Close()
+	opts := &pdb.IterOptions{LowerBound: bytes.Clone(prefix), UpperBound: prefixEnd(prefix)}
+	chunks := make(chan chunk, 1)
+	stop := make(chan struct{})
+	defer close(stop)
+	d.running.Add(1)
+	go func() {
+		defer d.running.Add(-1)
+		send := func(c chunk) bool {
+			select {
+			case chunks <- c:
+				return true
+			case <-stop:
+				return false
+			}
+		}
+		it, err := d.db.NewIterWithContext(ctx, opts)
+		if err != nil {
+			send(chunk{err: err, last: true})
+			return
+		}
+		var keys [][]byte
+		for ok := it.First(); ok; ok = it.Next() {
+			keys = append(keys, bytes.Clone(it.Key()))
+			if len(keys) == iterChunk {
+				if !send(chunk{keys: keys}) {
+					_ = it.Close()
+					return
+				}
+				keys = nil
+			}
+		}
+		send(chunk{keys: keys, err: errors.Join(it.Error(), it.Close()), last: true})
+	}()
+	t := time.NewTimer(d.timeout)
+	defer t.Stop()
+	for {
+		var c chunk
+		select {
+		case c = <-chunks:
+		case <-d.h.dead:
+			return d.errorf("iterate %q: %w", prefix, d.h.err())
+		case <-ctx.Done():
+			return d.errorf("iterate %q: %w", prefix, ctx.Err())
+		case <-t.C:
+			d.h.fail(fmt.Errorf("an iteration waited over the %v time limit", d.timeout))
+			return d.errorf("iterate %q: %w", prefix, d.h.err())
+		}
+		for _, k := range c.keys {
+			if err := ctx.Err(); err != nil {
+				return d.errorf("iterate %q: %w", prefix, err)
+			}
+			if err := fn(k); err != nil {
+				return err
+			}
+		}
+		if err := c.err; err != nil {
+			if herr := d.h.err(); herr != nil {
+				err = herr
+			} else if err = classify(err); errors.Is(err, device.ErrCorrupt) {
+				// A listing with a hole cannot be trusted: the device
+				// cannot answer for its keys.
+				err = failed(err)
+			}
 			return d.errorf("iterate %q: %w", prefix, err)
 		}
-		key = append(key[:0], it.Key()...)
-		if err := fn(key); err != nil {
-			_ = it.Close()
-			return err
+		if c.last {
+			return nil
 		}
+		t.Reset(d.timeout)
 	}
-	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return d.errorf("iterate %q: %w", prefix, failed(err))
-	}
-	return nil
 }
 
 // pending is the state of a key written earlier in the same Batch call,
@@ -455,16 +705,31 @@ type pending struct {
 	exists bool
 }
 
+// read is one read of a Batch that goes to the database.
+type read struct {
+	op    int
+	key   []byte // a copy: the reads may outlive the call
+	value []byte
+	found bool
+	err   error
+}
+
 // Batch implements device.Device. Ops are applied in order against the
-// database as overlaid by the batch's own earlier writes; the writes are
-// committed together, synced, at the end. Results that depend on the commit
-// (writes, and reads answered from earlier writes of the batch) are turned
-// into errors if the commit fails, so that nothing undurable is reported.
+// database as overlaid by the batch's own earlier writes: a read of a key
+// the batch wrote is answered from the batch, the others from the
+// database, which shows none of the batch until it commits. The writes are
+// committed together, synced, at the end. Results that depend on the
+// commit (writes, and reads answered from earlier writes of the batch) are
+// turned into errors if the commit fails, so that nothing undurable is
+// reported.
 func (d *Device) Batch(ctx context.Context, ops []device.Op) error {
+	opErr := func(i int, err error) error {
+		return d.errorf("batch op %d (%v %q): %w", i, ops[i].Kind, ops[i].Key, err)
+	}
 	setAll := func(err error) {
 		for i := range ops {
 			ops[i].Result, ops[i].Found = nil, false
-			ops[i].Err = d.errorf("batch op %d (%v %q): %w", i, ops[i].Kind, ops[i].Key, err)
+			ops[i].Err = opErr(i, err)
 		}
 	}
 	if err := d.enter(ctx); err != nil {
@@ -472,186 +737,186 @@ func (d *Device) Batch(ctx context.Context, ops []device.Op) error {
 		return d.errorf("batch: %w", err)
 	}
 	defer d.exit()
+	if err := d.h.err(); err != nil {
+		setAll(err)
+		return d.errorf("batch: %w", err)
+	}
 
-	var locked []int
+	var (
+		b         *pdb.Batch
+		reads     []read
+		dependent []int
+		stores    int64
+		overlay   = map[string]*pending{}
+	)
 	for i := range ops {
 		op := &ops[i]
 		op.Result, op.Found, op.Err = nil, false, nil
 		switch op.Kind {
 		case device.OpStore:
 			op.Err = d.checkStore(op.Key, op.Value)
-		case device.OpDelete:
+		case device.OpDelete, device.OpRetrieve, device.OpExist:
 			op.Err = d.limits.CheckKey(op.Key)
-		case device.OpRetrieve, device.OpExist:
-			op.Err = d.limits.CheckKey(op.Key)
-			continue
 		default:
 			op.Err = errors.New("unknown op kind")
 		}
+		if op.Err == nil && (op.Kind == device.OpStore || op.Kind == device.OpDelete) {
+			op.Err = d.h.writeable()
+		}
+		if op.Err == nil && op.Kind == device.OpStore {
+			op.Err = d.admit(ctx, int64(len(op.Key)+len(op.Value)))
+		}
 		if op.Err != nil {
-			op.Err = d.errorf("batch op %d (%v %q): %w", i, op.Kind, op.Key, op.Err)
+			op.Err = opErr(i, op.Err)
 			continue
 		}
-		locked = append(locked, d.stripe(op.Key))
-	}
-	// Ascending order, so batches cannot deadlock each other or single
-	// writers, which hold one stripe.
-	slices.Sort(locked)
-	locked = slices.Compact(locked)
-	for _, s := range locked {
-		d.locks[s].Lock()
-	}
-	defer func() {
-		for _, s := range locked {
-			d.locks[s].Unlock()
-		}
-	}()
-
-	b := d.db.NewBatch()
-	defer b.Close()
-	overlay := map[string]*pending{}
-	lookup := func(key []byte) (int64, bool, error) {
-		if p, ok := overlay[string(key)]; ok {
-			if !p.exists {
-				return 0, false, nil
-			}
-			return int64(len(key) + len(p.value)), true, nil
-		}
-		return d.size(key)
-	}
-	// Size changes go into Used as each op is applied, not at the commit,
-	// so that a later op of the batch can use the space an earlier one
-	// freed, as it would if the ops were issued one by one. A failed commit
-	// undoes them all.
-	var (
-		applied   int64
-		keysDelta int64
-		dependent []int
-	)
-	for i := range ops {
-		op := &ops[i]
-		if op.Err != nil {
-			continue
-		}
-		opErr := func(err error) { op.Err = d.errorf("batch op %d (%v %q): %w", i, op.Kind, op.Key, err) }
 		switch op.Kind {
-		case device.OpStore:
-			old, found, err := lookup(op.Key)
+		case device.OpStore, device.OpDelete:
+			if b == nil {
+				b = d.db.NewBatch()
+			}
+			var err error
+			if op.Kind == device.OpStore {
+				err = b.Set(op.Key, op.Value, nil)
+				stores++
+			} else {
+				err = b.Delete(op.Key, nil)
+				stores--
+			}
 			if err != nil {
-				opErr(err)
+				op.Err = opErr(i, failed(err))
 				continue
 			}
-			delta := int64(len(op.Key)+len(op.Value)) - old
-			if delta > 0 {
-				if err := d.reserve(delta); err != nil {
-					opErr(err)
-					continue
-				}
-			}
-			if err := b.Set(op.Key, op.Value, nil); err != nil {
-				if delta > 0 {
-					d.used.Add(-delta)
-				}
-				opErr(failed(err))
-				continue
-			}
-			if delta < 0 {
-				d.used.Add(delta)
-			}
-			applied += delta
-			if !found {
-				keysDelta++
-			}
-			overlay[string(op.Key)] = &pending{value: op.Value, exists: true}
-			dependent = append(dependent, i)
-		case device.OpDelete:
-			old, found, err := lookup(op.Key)
-			if err != nil {
-				opErr(err)
-				continue
-			}
-			if !found {
-				continue
-			}
-			if err := b.Delete(op.Key, nil); err != nil {
-				opErr(failed(err))
-				continue
-			}
-			d.used.Add(-old)
-			applied -= old
-			keysDelta--
-			overlay[string(op.Key)] = &pending{}
+			overlay[string(op.Key)] = &pending{value: op.Value, exists: op.Kind == device.OpStore}
 			dependent = append(dependent, i)
 		case device.OpRetrieve, device.OpExist:
-			var (
-				v     []byte
-				found bool
-				err   error
-			)
-			if p, ok := overlay[string(op.Key)]; ok {
-				found = p.exists
-				if found {
-					v = make([]byte, len(p.value))
-					copy(v, p.value)
-				}
-				dependent = append(dependent, i)
-			} else {
-				v, found, err = d.get(op.Key)
+			p, ok := overlay[string(op.Key)]
+			if !ok {
+				reads = append(reads, read{op: i, key: bytes.Clone(op.Key)})
+				continue
 			}
+			dependent = append(dependent, i)
 			switch {
-			case err != nil:
-				opErr(err)
 			case op.Kind == device.OpExist:
-				op.Found = found
-			case found:
-				op.Result, op.Found = v, true
+				op.Found = p.exists
+			case p.exists:
+				op.Result, op.Found = bytes.Clone(p.value), true
+				if op.Result == nil {
+					op.Result = []byte{}
+				}
 			default:
-				opErr(device.ErrNotFound)
+				op.Err = opErr(i, device.ErrNotFound)
 			}
 		}
 	}
-	if b.Empty() {
+	d.batchReads(ctx, ops, reads, opErr)
+	if b == nil {
 		return nil
 	}
-	err := ctx.Err()
-	if err == nil {
-		if err = b.Commit(pdb.Sync); err != nil {
-			err = failed(err)
-		}
-	}
-	if err != nil {
-		d.used.Add(-applied)
+	if err := d.commit(ctx, b); err != nil {
 		for _, i := range dependent {
 			op := &ops[i]
 			op.Result, op.Found = nil, false
-			op.Err = d.errorf("batch op %d (%v %q): commit: %w", i, op.Kind, op.Key, err)
+			op.Err = opErr(i, fmt.Errorf("commit: %w", err))
 		}
 		return nil
 	}
-	d.keys.Add(keysDelta)
+	d.unflushed.Add(stores)
 	return nil
 }
 
-// Info implements device.Device.
+// batchReads runs the database reads of a batch in one watchdog call.
+func (d *Device) batchReads(ctx context.Context, ops []device.Op, reads []read, opErr func(int, error) error) {
+	if len(reads) == 0 {
+		return
+	}
+	err := d.call(ctx, false, func() error {
+		for i := range reads {
+			r := &reads[i]
+			val, closer, err := d.db.Get(r.key)
+			switch {
+			case errors.Is(err, pdb.ErrNotFound):
+			case err != nil:
+				r.err = classify(err)
+			default:
+				r.found = true
+				if ops := ops[r.op].Kind; ops == device.OpRetrieve {
+					r.value = make([]byte, len(val))
+					copy(r.value, val)
+				}
+				if err := closer.Close(); err != nil {
+					r.err = classify(err)
+				}
+			}
+		}
+		return nil
+	})
+	for _, r := range reads {
+		op := &ops[r.op]
+		switch {
+		case err != nil:
+			op.Err = opErr(r.op, classify(err))
+		case r.err != nil:
+			op.Err = opErr(r.op, r.err)
+		case op.Kind == device.OpExist:
+			op.Found = r.found
+		case r.found:
+			op.Result, op.Found = r.value, true
+		default:
+			op.Err = opErr(r.op, device.ErrNotFound)
+		}
+	}
+}
+
+// Info implements device.Device. Keys and Used are estimates (see the
+// package doc). A device that is read-only or failed returns why, so that
+// status shows the reason, rather than ask a Pebble that may be stuck.
 func (d *Device) Info(ctx context.Context) (device.Info, error) {
 	if err := d.enter(ctx); err != nil {
 		return device.Info{}, d.errorf("info: %w", err)
 	}
 	defer d.exit()
-	return device.Info{
+	if err := d.h.writeable(); err != nil {
+		return device.Info{}, d.errorf("info: %w", err)
+	}
+	info := device.Info{
 		Name:        d.name,
 		Capacity:    d.capacity,
-		Used:        d.used.Load(),
-		Keys:        d.keys.Load(),
 		MinKeyLen:   d.limits.MinKeyLen,
 		MaxKeyLen:   d.limits.MaxKeyLen,
 		MaxValueLen: d.limits.MaxValueLen,
 		Ordered:     true,
-	}, nil
+	}
+	var used, keys int64
+	err := d.call(ctx, false, func() error {
+		used = diskUsage(d.db.Metrics())
+		levels, err := d.db.SSTables()
+		if err != nil {
+			return err
+		}
+		for _, tables := range levels {
+			for _, t := range tables {
+				keys += int64(t.TableStats.NumEntries) - int64(t.TableStats.NumDeletions)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return device.Info{}, d.errorf("info: %w", classify(err))
+	}
+	keys = max(keys+d.unflushed.Load(), 0)
+	d.usage.Store(used)
+	d.since.Store(0)
+	d.sampledAt.Store(time.Now().UnixNano())
+	info.Used, info.Keys = used, keys
+	return info, nil
 }
 
 // Close implements device.Device: it waits for calls in flight and closes
-// the database. A second Close returns device.ErrDeviceFailed.
+// the database. A second Close returns device.ErrDeviceFailed. Close takes
+// bounded time: calls in flight are bounded by the watchdog, and a
+// database whose goroutines are parked (a failed or read-only device) or
+// that does not close within the time limit is left open.
 func (d *Device) Close() error {
 	d.gate.Lock()
 	if d.closed {
@@ -663,10 +928,41 @@ func (d *Device) Close() error {
 		d.idle.Wait()
 	}
 	d.gate.Unlock()
-	if err := d.db.Close(); err != nil {
-		return d.errorf("close: %w", failed(err))
+	close(d.stopProbe)
+	<-d.probeDone
+	// Goroutines the watchdog left behind may still be inside Pebble;
+	// closing the database under them would make Pebble panic.
+	deadline := time.Now().Add(d.timeout)
+	for d.running.Load() > 0 && d.h.writeable() == nil && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
 	}
-	return nil
+	if d.running.Load() > 0 {
+		d.h.fail(errors.New("calls still inside pebble at close"))
+	}
+	if d.h.writeable() != nil {
+		return nil // already reported by every call; see the package doc
+	}
+	done := make(chan error, 1)
+	go func() {
+		// Flushed first, so that a cleanly closed device replays no WAL
+		// at open: damage to a WAL's last records reads as a crash's torn
+		// tail, and would silently drop acknowledged writes.
+		done <- errors.Join(d.db.Flush(), d.db.Close())
+	}()
+	t := time.NewTimer(d.timeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			return d.errorf("close: %w", failed(err))
+		}
+		return nil
+	case <-d.h.dead:
+		return nil
+	case <-t.C:
+		d.h.fail(fmt.Errorf("close ran over the %v time limit", d.timeout))
+		return d.errorf("close: %w", d.h.err())
+	}
 }
 
 // Dir returns the directory the device lives in.

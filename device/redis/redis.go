@@ -50,6 +50,14 @@
 //     costs a pass over the keys, as the array's Status does anyway. The
 //     server's own memory figure, approximate and including its overhead,
 //     is MemoryUsed.
+//   - A server answering garbage cannot take the process down: every
+//     connection checks the reply stream before go-redis parses it (see
+//     guardConn), so a wild length fails the call with
+//     device.ErrDeviceFailed instead of an allocation of that size. A wrong
+//     but well-formed value is returned as a value: the array's checksums
+//     catch it. SCAN stops with device.ErrDeviceFailed when the server
+//     hands back a cursor it already gave (a real SCAN never repeats one
+//     before it ends), so a server cannot keep an iteration going forever.
 //   - Close closes the client; calls after Close (and calls in flight when
 //     it closes) return device.ErrDeviceFailed.
 //   - go-redis's package-level logger is silenced at the first Open (it is
@@ -248,6 +256,7 @@ func Open(ctx context.Context, spec string, opts ...Option) (*Device, error) {
 		PoolTimeout:           o.timeout,
 		PoolSize:              o.poolSize,
 		OnConnect:             d.onConnect,
+		Dialer:                guardedDialer(o.timeout, l.MaxValueLen),
 	})
 	if err := d.check(ctx); err != nil {
 		_ = d.client.Close()
@@ -478,6 +487,7 @@ func matchPattern(prefix []byte) string {
 func (d *Device) scan(ctx context.Context, prefix []byte, page func(keys []string) error) error {
 	pattern := matchPattern(prefix)
 	seen := map[string]struct{}{}
+	cursors := map[uint64]struct{}{}
 	var cursor uint64
 	for {
 		if err := ctx.Err(); err != nil {
@@ -508,6 +518,10 @@ func (d *Device) scan(ctx context.Context, prefix []byte, page func(keys []strin
 		if next == 0 {
 			return nil
 		}
+		if _, again := cursors[next]; again {
+			return fmt.Errorf("server gave SCAN cursor %d twice: %w", next, device.ErrDeviceFailed)
+		}
+		cursors[next] = struct{}{}
 		cursor = next
 	}
 }
