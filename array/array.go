@@ -268,6 +268,15 @@ func Create(ctx context.Context, devs []device.Device, opts ...Option) (*Array, 
 		}
 	}
 	a.hdr = header{id: newID(), n: len(devs), flags: flagBanked, epoch: 1, vec: make([]uint64, len(devs))}
+	// An array whose mode stores values without redundancy says so from
+	// the start, rather than with a header write at its first store.
+	unprotected := a.def.Tolerates() == 0
+	for _, r := range a.o.rules {
+		unprotected = unprotected || a.byName[r.RM].Tolerates() == 0
+	}
+	if unprotected {
+		a.hdr.flags |= flagUnprotected
+	}
 	a.banked = true
 	for i := range a.hdr.vec {
 		a.hdr.vec[i] = 1
