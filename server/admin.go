@@ -29,12 +29,15 @@ func cmdStatus(c *call) {
 		c.fail(err)
 		return
 	}
-	c.rc.WriteBulk(data)
+	c.w.WriteBulk(data)
 }
 
 // cmdKvSet: KVARRAY.SET key value mechanism.
 func cmdKvSet(c *call) {
-	if stored, _ := c.set(c.args[1], c.args[2], always, array.Using(string(c.args[3]))); stored {
+	c.using = string(c.args[3])
+	if _, _, ok := c.update(c.args[1], func(value, bool) (value, bool, string) {
+		return value{c.args[2], 0}, true, ""
+	}); ok {
 		c.ok()
 	}
 }
@@ -106,7 +109,7 @@ func cmdRecover(c *call) {
 		c.fail(err)
 		return
 	}
-	c.rc.WriteBulk(data)
+	c.w.WriteBulk(data)
 }
 
 // cmdScrub: KVARRAY.SCRUB [REPAIR] runs array.Scrub.
@@ -167,5 +170,5 @@ func (c *call) json(v any) {
 		c.fail(err)
 		return
 	}
-	c.rc.WriteBulk(data)
+	c.w.WriteBulk(data)
 }

@@ -46,6 +46,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -60,6 +61,7 @@ import (
 	"github.com/kvarray/kvarray/array"
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/internal/keylock"
+	"github.com/kvarray/kvarray/keyspace"
 )
 
 // ErrServerClosed is returned by Serve and ListenAndServe after Shutdown.
@@ -87,6 +89,11 @@ type options struct {
 	maxBulk    int64
 	maxRequest int64
 	errorLog   *log.Logger
+	databases  int
+	// afterIntent, for tests, runs after a transaction's intent record
+	// is stored and before its writes: an error stops the commit there,
+	// as a crash would.
+	afterIntent func() error
 }
 
 // Option configures New.
@@ -120,17 +127,34 @@ func WithMaxRequest(n int64) Option { return func(o *options) { o.maxRequest = n
 // the log package's standard logger.
 func WithErrorLog(l *log.Logger) Option { return func(o *options) { o.errorLog = l } }
 
-// Server serves one array over RESP2. Create it with New.
+// WithDatabases sets how many databases (SELECT 0..n-1) there are:
+// default 16, at most 255.
+func WithDatabases(n int) Option { return func(o *options) { o.databases = n } }
+
+// Server serves one array over RESP2 and RESP3. Create it with New.
 type Server struct {
 	a        *array.Array
 	o        options
 	maxKey   int
 	maxValue int64
 	nonce    [nonceLen]byte
+	runID    [20]byte // INFO's run_id
 	cmds     map[string]*entry
 	locks    *keylock.Table
 	started  time.Time
 	version  string
+
+	// ks is the Redis keyspace over the array; set by start.
+	ks        *keyspace.Store
+	startOnce sync.Once
+	startErr  error
+	// txmu is the transaction lock: shared by every data command,
+	// exclusive for EXEC (tx.go).
+	txmu  sync.RWMutex
+	watch watches
+	pause atomic.Pointer[pause]
+	exp   expiry
+	cfg   runtimeConfig
 
 	// ctx is the context of every array operation; cancelled when
 	// Shutdown gives up waiting.
@@ -150,7 +174,7 @@ type Server struct {
 
 type stats struct {
 	connections, rejected, commands, errors atomic.Int64
-	hits, misses                            atomic.Int64
+	hits, misses, expired                   atomic.Int64
 	// array operations the server made
 	stores, retrieves, deletes, exists, lists atomic.Int64
 }
@@ -160,7 +184,7 @@ type stats struct {
 // devices).
 func New(a *array.Array, opts ...Option) *Server {
 	maxKey, maxValue := a.Limits()
-	o := options{maxClients: DefaultMaxClients, maxBulk: min(maxValue, DefaultMaxBulk), maxRequest: DefaultMaxRequest}
+	o := options{maxClients: DefaultMaxClients, maxBulk: min(maxValue, DefaultMaxBulk), maxRequest: DefaultMaxRequest, databases: keyspace.DefaultDatabases}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -172,8 +196,8 @@ func New(a *array.Array, opts ...Option) *Server {
 	s := &Server{
 		a:         a,
 		o:         o,
-		maxKey:    maxKey,
-		maxValue:  maxValue,
+		maxKey:    maxKey - keyspace.KeyOverhead,
+		maxValue:  maxValue - keyspace.ValueOverhead,
 		locks:     keylock.New(),
 		started:   time.Now(),
 		version:   moduleVersion(),
@@ -184,7 +208,9 @@ func New(a *array.Array, opts ...Option) *Server {
 	if _, err := rand.Read(s.nonce[:]); err != nil {
 		panic("server: no randomness: " + err.Error())
 	}
+	rand.Read(s.runID[:])
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.cfg.init(o)
 	s.cmds = make(map[string]*entry, len(commands))
 	for _, c := range commands {
 		s.cmds[c.name] = &entry{command: c}
@@ -220,6 +246,10 @@ func (s *Server) ListenAndServe(addr string) error {
 // returns ErrServerClosed; it returns another error if l fails. Serve may
 // be called for several listeners. It closes l on return.
 func (s *Server) Serve(l net.Listener) error {
+	if err := s.start(); err != nil {
+		l.Close()
+		return err
+	}
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()
@@ -241,6 +271,25 @@ func (s *Server) Serve(l net.Listener) error {
 		err = gl.err
 	}
 	return err
+}
+
+// start opens the keyspace, completes the transactions a crash
+// interrupted and starts the expiry cycle, once, before any command runs.
+func (s *Server) start() error {
+	s.startOnce.Do(func() {
+		ks, err := keyspace.Open(s.ctx, s.a, s.o.databases)
+		if err != nil {
+			s.startErr = fmt.Errorf("server: %w", err)
+			return
+		}
+		s.ks = ks
+		if err := s.replayIntents(); err != nil {
+			s.startErr = fmt.Errorf("server: %w", err)
+			return
+		}
+		s.startExpiry()
+	})
+	return s.startErr
 }
 
 // Addrs returns the addresses the server listens on.
@@ -272,6 +321,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.closeDrained()
 	}
 	s.mu.Unlock()
+	s.stopExpiry()
 	for _, c := range conns {
 		c.drain()
 	}
@@ -349,7 +399,7 @@ func (s *Server) track(nc net.Conn) *conn {
 		nc.Close()
 		return nil
 	}
-	if len(s.conns) >= s.o.maxClients {
+	if int64(len(s.conns)) >= s.cfg.maxClients.Load() {
 		s.mu.Unlock()
 		s.stats.rejected.Add(1)
 		nc.SetWriteDeadline(time.Now().Add(time.Second))
@@ -365,6 +415,7 @@ func (s *Server) track(nc net.Conn) *conn {
 		addr:    nc.RemoteAddr().String(),
 		laddr:   nc.LocalAddr().String(),
 		created: now,
+		proto:   2,
 	}
 	c.last.Store(now.UnixNano())
 	c.g = guard{maxBulk: s.o.maxBulk, maxQuery: s.o.maxRequest, maxArgs: DefaultMaxArgs, nonce: s.nonce}
@@ -405,17 +456,29 @@ type conn struct {
 	perr    error  // protocol error to report once pending is delivered
 	readErr error
 
-	id           int64
-	addr, laddr  string
-	created      time.Time
-	last         atomic.Int64 // UnixNano of the last command
-	lastCmd      atomic.Pointer[string]
-	quit         bool
-	draining     atomic.Bool
-	closeOnce    sync.Once
+	id          int64
+	addr, laddr string
+	created     time.Time
+	last        atomic.Int64 // UnixNano of the last command
+	lastCmd     atomic.Pointer[string]
+	quit        bool
+	draining    atomic.Bool
+	closeOnce   sync.Once
+	// The client's protocol (2 or 3), database and transaction state.
+	proto    int
+	db       int
+	multi    bool
+	txFailed bool
+	queued   [][][]byte
+	watching map[watchKey]int64 // expire-at when watched
+	dirty    atomic.Bool        // a watched key was written
+	// replyMode is CLIENT REPLY's.
+	replyMode int
+
 	mu           sync.Mutex // guards the fields below
 	name         string
 	libName, lib string
+	dbShown      atomic.Int64 // db, for CLIENT LIST from other goroutines
 }
 
 // Read passes the client's bytes through the guard. Once the server is
@@ -479,6 +542,7 @@ func (c *conn) Close() error {
 			err = c.Conn.Close()
 		}
 		if c.s != nil {
+			c.s.unwatch(c)
 			c.s.untrack(c)
 		}
 	})
