@@ -51,8 +51,11 @@ const (
 	// Internal is the db byte of kvarray's own records.
 	Internal = 0xFF
 	// KeyOverhead is how many bytes of the array's largest key the mapping
-	// takes; ValueOverhead, of its largest value (with an expiry).
-	KeyOverhead   = 1
+	// takes: the expiry index's key (Internal, 'e', 8 bytes of expire-at,
+	// the db byte) is the longest, so that every key can have a TTL.
+	// ValueOverhead is how many of its largest value it takes (with an
+	// expiry).
+	KeyOverhead   = 11
 	ValueOverhead = 9
 
 	tagPlain  = 0
@@ -161,6 +164,7 @@ type Store struct {
 	// phys[db] is the db byte of database db; logical is its inverse.
 	phys    []byte
 	logical map[byte]int
+	mapErr  error // why the database map could not be read
 }
 
 // Open returns the store of a's keyspace with dbs databases (1 to
@@ -174,6 +178,12 @@ func Open(ctx context.Context, a *array.Array, dbs int) (*Store, error) {
 	switch {
 	case errors.Is(err, array.ErrNotFound):
 		b = nil
+	case errors.Is(err, array.ErrUnavailable):
+		// Too many devices are down to read the map (or to tell that
+		// there is none, as when SWAPDB was never used): databases are
+		// taken as never swapped, and SWAPDB is refused until it can be
+		// read.
+		b, s.mapErr = nil, err
 	case err != nil:
 		return nil, fmt.Errorf("keyspace: reading the database map: %w", err)
 	}
@@ -241,6 +251,9 @@ func (s *Store) Key(db int, key []byte) []byte { return RawKey(s.Phys(db), key) 
 func (s *Store) Swap(ctx context.Context, x, y int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.mapErr != nil {
+		return fmt.Errorf("keyspace: the database map could not be read when the server started: %w", s.mapErr)
+	}
 	next := slices.Clone(s.phys)
 	next[x], next[y] = next[y], next[x]
 	if err := s.A.Store(ctx, []byte{Internal, recDBMap}, next); err != nil {
@@ -258,11 +271,25 @@ func (s *Store) Limits() (maxKey int, maxValue int64) {
 	return k - KeyOverhead, v - ValueOverhead
 }
 
+// CheckKey rejects a key the mapping cannot hold, with the array's
+// sentinels: keys are 1 to Limits() bytes.
+func (s *Store) CheckKey(key []byte) error {
+	maxKey, _ := s.Limits()
+	if len(key) == 0 {
+		return fmt.Errorf("the empty key: keys are 1 to %d bytes: %w", maxKey, array.ErrKeyTooShort)
+	}
+	if len(key) > maxKey {
+		return fmt.Errorf("key of %d bytes (%q…), maximum %d (the array's %d less %d for the database and expiry index): %w",
+			len(key), key[:min(len(key), 32)], maxKey, maxKey+KeyOverhead, KeyOverhead, array.ErrKeyTooLong)
+	}
+	return nil
+}
+
 // GetRaw returns key's value and expire-at, expired or not.
 func (s *Store) GetRaw(ctx context.Context, db int, key []byte) (v []byte, at int64, err error) {
 	b, err := s.A.Retrieve(ctx, s.Key(db, key))
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, fmt.Errorf("key %q in db %d: %w", key, db, err)
 	}
 	v, at, err = DecodeValue(b)
 	if err != nil {

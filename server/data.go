@@ -219,19 +219,9 @@ func firstError(errs []error) (error, int) {
 	return first, n
 }
 
-// checkKey rejects keys the array cannot hold before anything is done,
-// with the array's sentinels (the array checks again, with its exact
-// limits). The keyspace's db byte takes one byte of the array's key.
-func (s *Server) checkKey(key []byte) error {
-	if len(key) == 0 {
-		return fmt.Errorf("the empty key: keys are 1 to %d bytes: %w", s.maxKey, array.ErrKeyTooShort)
-	}
-	if len(key) > s.maxKey {
-		return fmt.Errorf("key %q… of %d bytes, maximum %d (the array's %d less %d for the database byte): %w",
-			truncate(key, 32), len(key), s.maxKey, s.maxKey+keyspace.KeyOverhead, keyspace.KeyOverhead, array.ErrKeyTooLong)
-	}
-	return nil
-}
+// checkKey rejects keys the keyspace cannot hold before anything is
+// done (keyspace.Store.CheckKey).
+func (s *Server) checkKey(key []byte) error { return s.ks.CheckKey(key) }
 
 func (s *Server) checkValue(v []byte) error {
 	if int64(len(v)) > s.maxValue {

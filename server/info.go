@@ -177,7 +177,7 @@ func (s *Server) infoServer(b *strings.Builder) {
 // "key:value" line format (no CR, LF; commas only in reasons, which get a
 // line of their own).
 func (s *Server) infoArray(b *strings.Builder, st *array.Status, stErr error) {
-	maxKey, maxValue := s.a.Limits()
+	maxKey, maxValue := s.ks.Limits()
 	fmt.Fprintf(b, "# Kvarray\r\narray_id:%s\r\nmode:%s\r\ndefault_mechanism:%s\r\nmechanisms:%s\r\ndevices:%d\r\nmax_key_bytes:%d\r\nmax_value_bytes:%d\r\n",
 		s.a.ID(), s.a.Mode(), s.a.Mechanisms()[0], strings.Join(s.a.Mechanisms(), ","), s.a.N(), maxKey, maxValue)
 	if stErr != nil {

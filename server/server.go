@@ -135,7 +135,6 @@ func WithDatabases(n int) Option { return func(o *options) { o.databases = n } }
 type Server struct {
 	a        *array.Array
 	o        options
-	maxKey   int
 	maxValue int64
 	nonce    [nonceLen]byte
 	runID    [20]byte // INFO's run_id
@@ -196,7 +195,6 @@ func New(a *array.Array, opts ...Option) *Server {
 	s := &Server{
 		a:         a,
 		o:         o,
-		maxKey:    maxKey - keyspace.KeyOverhead,
 		maxValue:  maxValue - keyspace.ValueOverhead,
 		locks:     keylock.New(),
 		started:   time.Now(),

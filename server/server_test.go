@@ -393,13 +393,13 @@ func TestBadKeys(t *testing.T) {
 	if r := c.do("PING"); r.str != "PONG" {
 		t.Errorf("PING after bad keys: %v", r)
 	}
-	// The keyspace's database byte takes one of the array's 252.
-	key := strings.Repeat("k", 251)
-	if r := c.do("SET", key, "v"); r.str != "OK" {
-		t.Errorf("SET of a 251-byte key: %v", r)
+	// The keyspace's expiry index takes 11 of the array's 252 bytes.
+	key := strings.Repeat("k", 241)
+	if r := c.do("SET", key, "v", "EX", "100"); r.str != "OK" {
+		t.Errorf("SET of a 241-byte key: %v", r)
 	}
-	if r := c.do("SET", key+"k", "v"); !r.isError() || !strings.Contains(r.str, "maximum 251") {
-		t.Errorf("SET of a 252-byte key: %v", r)
+	if r := c.do("SET", key+"k", "v"); !r.isError() || !strings.Contains(r.str, "maximum 241") {
+		t.Errorf("SET of a 242-byte key: %v", r)
 	}
 }
 
