@@ -548,6 +548,19 @@ func TestRedisBenchmark(t *testing.T) {
 			t.Fatalf("GET %s: %d bytes, %v", k, len(v), err)
 		}
 	}
+	// Its string and counter tests, with the counter read back.
+	args := []string{"-h", "127.0.0.1", "-p", ts.port(), "-t", "ping,set,get,incr,mset", "-n", "2000", "-P", "16", "-q"}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	out, err := exec.CommandContext(cctx, bin, args...).CombinedOutput()
+	cancel()
+	for _, want := range []string{"PING_INLINE: ", "SET: ", "GET: ", "INCR: ", "MSET (10 keys): "} {
+		if err != nil || bytes.Contains(bytes.ToLower(out), []byte("error")) || !bytes.Contains(out, []byte(want)) {
+			t.Fatalf("redis-benchmark %s: %v, no %q\n%s", strings.Join(args, " "), err, want, out)
+		}
+	}
+	if n, err := rdb.Get(ctx, "counter:__rand_int__").Int(); err != nil || n != 2000 {
+		t.Errorf("after redis-benchmark -t incr -n 2000: counter = %d, %v", n, err)
+	}
 }
 
 // TestMaxValue: a value over the array's largest value gets an error and

@@ -28,6 +28,12 @@ const (
 // fn returns when it says so. fn returns an error reply (nothing stored)
 // as msg. ok is false when update has replied with an error.
 func (c *call) update(key []byte, fn func(cur value, found bool) (next value, store bool, msg string)) (cur value, found, ok bool) {
+	return c.updateRead(key, true, fn)
+}
+
+// updateRead is update; with read false the current value is not read
+// (fn sees it absent): a plain SET, which replaces whatever is there.
+func (c *call) updateRead(key []byte, read bool, fn func(cur value, found bool) (next value, store bool, msg string)) (cur value, found, ok bool) {
 	if !c.checkKeys(key) {
 		return value{}, false, false
 	}
@@ -37,10 +43,11 @@ func (c *call) update(key []byte, fn func(cur value, found bool) (next value, st
 		return value{}, false, false
 	}
 	defer unlock()
-	cur, found, err = c.get(c.cl.db, key)
-	if err != nil {
-		c.fail(err)
-		return value{}, false, false
+	if read {
+		if cur, found, err = c.get(c.cl.db, key); err != nil {
+			c.fail(err)
+			return value{}, false, false
+		}
 	}
 	next, store, msg := fn(cur, found)
 	if msg != "" {
@@ -185,7 +192,8 @@ func cmdSet(c *call) {
 		}
 	}
 	stored := false
-	cur, found, ok := c.update(c.args[1], func(cur value, found bool) (value, bool, string) {
+	read := cond != always || get || exp.kind == "KEEPTTL"
+	cur, found, ok := c.updateRead(c.args[1], read, func(cur value, found bool) (value, bool, string) {
 		if cond == ifAbsent && found || cond == ifPresent && !found {
 			return value{}, false, ""
 		}
@@ -236,7 +244,7 @@ func cmdSetEx(c *call) {
 		c.error(msg)
 		return
 	}
-	if _, _, ok := c.update(c.args[1], func(value, bool) (value, bool, string) {
+	if _, _, ok := c.updateRead(c.args[1], false, func(value, bool) (value, bool, string) {
 		return value{c.args[3], at}, true, ""
 	}); ok {
 		c.ok()
