@@ -25,10 +25,9 @@ import (
 
 // txn is a transaction's overlay: its writes, by array key, in order.
 type txn struct {
-	ops   map[string]int // array key → index in list
-	list  []keyspace.Op
-	dbs   []int // logical db of each op, for touch
-	flush []int // databases flushed, for listKeys
+	ops  map[string]int // array key → index in list
+	list []keyspace.Op
+	dbs  []int // logical db of each op, for touch
 }
 
 func (t *txn) record(ak []byte, db int, op keyspace.Op) {
@@ -204,8 +203,8 @@ func forEach(n int, fn func(i int) error) []error {
 	return errs
 }
 
-// firstError is the first non-nil error and how many there are.
-func firstError(errs []error) (error, int) {
+// firstError is how many errors there are and the first non-nil one.
+func firstError(errs []error) (int, error) {
 	var first error
 	n := 0
 	for _, err := range errs {
@@ -216,7 +215,7 @@ func firstError(errs []error) (error, int) {
 			}
 		}
 	}
-	return first, n
+	return n, first
 }
 
 // checkKey rejects keys the keyspace cannot hold before anything is

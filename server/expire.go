@@ -167,7 +167,7 @@ func (s *Server) reclaimBatch(ctx context.Context, entries [][]byte, now int64) 
 		}
 		return nil
 	})
-	err, _ := firstError(errs)
+	_, err := firstError(errs)
 	return err
 }
 

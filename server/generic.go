@@ -40,7 +40,7 @@ func cmdDel(c *call) {
 	for _, e := range existed {
 		deleted += b2i(e)
 	}
-	if first, failed := firstError(errs); first != nil {
+	if failed, first := firstError(errs); first != nil {
 		c.error(fmt.Sprintf("%s (%d of %d keys deleted, %d failed)", errorReply(first), deleted, len(keys), failed))
 		return
 	}
@@ -370,7 +370,7 @@ func (c *call) flush(db int) error {
 		return err
 	})
 	c.s.touchDB(db)
-	err, _ = firstError(errs)
+	_, err = firstError(errs)
 	return err
 }
 

@@ -1,35 +1,49 @@
-// Package server serves one kvarray array over the Redis protocol (RESP2),
-// so that redis-cli, redis-benchmark and Redis client libraries can use it.
-// It is built on github.com/tidwall/redcon, which reads pipelined commands
-// in batches and flushes their replies together.
+// Package server serves one kvarray array over the Redis protocol, RESP2
+// and RESP3 (HELLO 3), so that redis-cli, redis-benchmark and Redis client
+// libraries on their default settings can use it. It is built on
+// github.com/tidwall/redcon, which reads pipelined commands in batches and
+// flushes their replies together.
 //
 // Every command has one handler in a table (commands.go) with its arity,
 // flags and documentation, which COMMAND, COMMAND INFO and COMMAND DOCS
 // report. Errors use Redis's own strings where Redis has one ("ERR wrong
 // number of arguments for 'get' command", "ERR syntax error"); array errors
-// are "ERR <kind>: <detail>" (see errorReply).
+// are "ERR <kind>: <detail>" (see errorReply). Replies go through one
+// writer (reply.go) that knows RESP2 from RESP3.
 //
-// Semantics, where kvarray differs from Redis:
-//   - Keys are 1 to Limits() bytes (252 with default device limits); the
-//     empty key and longer keys are errors, not absent keys.
+// Data: Redis databases, keys, values and expiry map onto the array's
+// keys and values through package keyspace (the CLI's data commands use
+// it too). All reads and writes of Redis data go through data.go, which
+// applies databases, lazy expiry, WATCH and the transaction overlay in one
+// place.
+//
+// Invariants and semantics, where kvarray differs from Redis or has to
+// choose:
+//   - Keys are 1 to keyspace's limit (241 bytes with default device
+//     limits: the array's 252 less the expiry index's 11); the empty key
+//     and longer keys are errors, not absent keys.
 //   - A connection runs its commands one after the other, in order, like
-//     Redis; different connections run concurrently. Commands on one key
-//     are serialised by the array.
-//   - SET NX / XX check and store under a per-key lock that every write of
-//     this server takes (SET, SETNX, MSET, DEL, KVARRAY.SET): they are atomic
-//     among the clients of this server, not against another process
-//     writing to the same devices.
-//   - MSET and DEL of several keys lock their keys, then run their
-//     stores/deletes concurrently: other writers through this server wait,
-//     but a reader can see some keys written and others not yet, and a
-//     failure part way leaves the keys that were written.
-//   - There is no expiry: SET's EX/PX/EXAT/PXAT/KEEPTTL are refused, TTL
-//     is -1 for every key.
+//     Redis; different connections run concurrently. Every write holds
+//     the per-key locks of its keys (in byte order, so multi-key commands
+//     cannot deadlock): read-modify-write commands (SET NX/XX/GET, INCR,
+//     APPEND, SETRANGE, SETBIT, EXPIRE…) are atomic per key among the
+//     clients of this server, not against another process writing to the
+//     same devices.
+//   - Transactions (tx.go): every data command holds the transaction lock
+//     shared, EXEC exclusively, so nothing interleaves with a transaction
+//     and no client sees half of one; EXEC's writes are stored as one
+//     intent record first, so that a crash leaves all of them or none.
+//   - Outside MULTI, MSET and DEL of several keys run their stores/deletes
+//     concurrently: a reader can see some keys written and others not
+//     yet, and a failure part way leaves the keys that were written.
+//   - Expiry (expire.go) is stored with the value and survives restarts,
+//     rebuilds and mechanism changes; an expired key is never returned.
 //   - SCAN's cursor is a position in the order of a 64-bit hash of the
 //     keys (a decimal number, as clients expect): a key present for the
 //     whole scan is returned exactly once, whatever is added or removed
-//     meanwhile. Each call lists the array's keys (a pass over every
-//     device) and sorts them; so do KEYS, DBSIZE and INFO keyspace.
+//     meanwhile. Each call lists the database's keys (a pass over every
+//     device) and sorts them; so do KEYS, DBSIZE, RANDOMKEY, FLUSHDB and
+//     INFO keyspace. No command but INFO kvarray reads every value.
 //
 // Limits on input (guard.go): a bulk string longer than any argument can
 // be (the array's largest value, at most 512 MiB as Redis's

@@ -376,7 +376,7 @@ func cmdMset(c *call) {
 		i := idx[j]
 		return c.put(c.cl.db, keys[i], c.args[2+2*i], 0)
 	})
-	if first, failed := firstError(errs); first != nil {
+	if failed, first := firstError(errs); first != nil {
 		c.error(fmt.Sprintf("%s (%d of %d keys not written)", errorReply(first), failed, len(idx)))
 		return
 	}
@@ -399,7 +399,7 @@ func cmdMget(c *call) {
 		vals[i], founds[i], err = c.get(c.cl.db, keys[i])
 		return err
 	})
-	if first, _ := firstError(errs); first != nil {
+	if _, first := firstError(errs); first != nil {
 		c.fail(first)
 		return
 	}

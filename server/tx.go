@@ -211,7 +211,7 @@ func (s *Server) commit(c *call, tx *txn) error {
 	for i, op := range tx.list {
 		s.touch(tx.dbs[i], op.Key)
 	}
-	if err, _ := firstError(errs); err != nil {
+	if _, err := firstError(errs); err != nil {
 		return err
 	}
 	if ik != nil {

@@ -31,7 +31,7 @@ func (c *cli) serveCmd() *cobra.Command {
 		Use:   "serve [--listen ADDR]",
 		Short: "Serve the array over the Redis protocol (redis-cli, Redis clients)",
 		Long: `serve opens the array of the config file and serves it over the Redis
-protocol (RESP2) on ADDR (default 127.0.0.1:6380), until SIGINT or SIGTERM:
+protocol (RESP2, and RESP3 after HELLO 3) on ADDR (default 127.0.0.1:6380), until SIGINT or SIGTERM:
 then it stops accepting connections, lets each finish the commands it has
 sent, and closes the array (flushing packing queues and closing devices).
 
@@ -39,9 +39,11 @@ With no --config and no ./kvarray.yaml, serve creates the default array
 first: 6 Pebble devices under ./data in hybrid mode, with its config
 written to ./kvarray.yaml so that the other commands see the same array.
 
-Commands: PING ECHO GET SET (NX, XX) DEL EXISTS MGET MSET STRLEN TYPE TTL
-PTTL SCAN KEYS DBSIZE INFO COMMAND HELLO AUTH CLIENT SELECT CONFIG QUIT, and
-KVARRAY.STATUS, KVARRAY.SET key value RM, KVARRAY.FAIL DEV and
+Values are Redis strings, in databases 0 to 15, with expiry stored with
+the value; MULTI/EXEC transactions are all-or-nothing, across a crash too.
+The commands and what differs from Redis: docs/compatibility.md (COMMAND
+lists them). The array's own commands: KVARRAY.STATUS, KVARRAY.SET key
+value RM, KVARRAY.SCRUB, KVARRAY.REBUILD DEV, KVARRAY.FAIL DEV and
 KVARRAY.RECOVER DEV (mem devices). The admin commands have no access
 control: listen on a trusted address only.`,
 		Args: args(0, 0, "no arguments"),
