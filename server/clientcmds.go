@@ -226,3 +226,26 @@ func cmdWait(c *call) {
 // cmdReadonly serves READONLY and READWRITE: OK, so that a cluster-aware
 // client's connect never fails (there is no cluster).
 func cmdReadonly(c *call) { c.ok() }
+
+// cmdFunction: kvarray has no functions or scripts; FUNCTION FLUSH and
+// LIST answer as a server with none would (test suites and tools flush
+// them at start), the rest say there is no scripting.
+func cmdFunction(c *call) {
+	switch sub := strings.ToLower(string(truncate(c.args[1], 32))); sub {
+	case "flush":
+		if len(c.args) > 3 || len(c.args) == 3 && upper(c.args[2]) != "ASYNC" && upper(c.args[2]) != "SYNC" {
+			c.syntaxError()
+			return
+		}
+		c.ok()
+	case "list":
+		c.w.WriteArray(0)
+	case "help":
+		c.lines([]string{"FUNCTION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+			"FLUSH [ASYNC|SYNC]", "    Delete all the libraries (there are none: kvarray has no scripting).",
+			"LIST", "    Return the libraries (none).",
+			"HELP", "    Print this help."})
+	default:
+		c.error(fmt.Sprintf("ERR FUNCTION %s is not supported by kvarray: it has no scripting", strings.ToUpper(string(truncate(c.args[1], 32)))))
+	}
+}

@@ -130,8 +130,9 @@ var commands = []*command{
 	rcmd("getbit", 3, "bitmap", "2.2.0", "Returns the bit at offset of the value.", cmdGetBit, keyArg("key"), intArg("offset")),
 	rcmd("bitcount", -2, "bitmap", "2.6.0", "Counts the set bits of a value, optionally in a range of bytes or bits.", cmdBitCount, keyArg("key"),
 		optional(block("range", intArg("start"), intArg("end"), optional(oneof("unit", token("BYTE"), token("BIT")))))),
-	keyPos(rcmd("lcs", -3, "string", "7.0.0", "Finds the longest common subsequence of two values (LEN supported, IDX not).", cmdLCS,
-		keyArg("key1"), keyArg("key2"), optional(token("LEN"))), 2, 1),
+	keyPos(rcmd("lcs", -3, "string", "7.0.0", "Finds the longest common subsequence of two values.", cmdLCS,
+		keyArg("key1"), keyArg("key2"), optional(token("LEN")), optional(token("IDX")),
+		optional(tokenArg("MINMATCHLEN", intArg("min-match-len"))), optional(token("WITHMATCHLEN"))), 2, 1),
 
 	// Keyspace.
 	keyPos(wcmd("del", -2, "generic", "1.0.0", "Deletes one or more keys; returns how many existed.", cmdDel, multiple(keyArg("key"))), -1, 1),
@@ -197,6 +198,9 @@ var commands = []*command{
 		group: "transactions", since: "2.2.0", summary: "Forgets about watched keys of a transaction.", complexity: "O(1)", run: cmdUnwatch},
 
 	// Server.
+	{name: "function", arity: -2, flags: []string{"noscript"}, acl: []string{"slow", "scripting"}, group: "scripting", since: "7.0.0",
+		summary: "FUNCTION FLUSH and LIST (kvarray has no scripting: there are no functions).", complexity: "O(1)",
+		args: []arg{strArg("subcommand"), optional(multiple(strArg("arg")))}, run: cmdFunction},
 	{name: "time", arity: 1, flags: []string{"loading", "stale", "fast"}, acl: []string{"fast"}, group: "server", since: "2.6.0",
 		summary: "Returns the server time.", complexity: "O(1)", run: cmdTime},
 	{name: "wait", arity: 3, acl: []string{"slow", "connection"}, group: "generic", since: "3.0.0",

@@ -43,6 +43,8 @@ func TestSameAsRedis(t *testing.T) {
 		{"BITCOUNT", "nokey"}, {"GET", "b"},
 		// LCS.
 		{"SET", "l1", "ohmytext"}, {"SET", "l2", "mynewtext"}, {"LCS", "l1", "l2"}, {"LCS", "l1", "l2", "LEN"}, {"LCS", "l1", "nokey"},
+		{"LCS", "l1", "l2", "IDX"}, {"LCS", "l1", "l2", "IDX", "MINMATCHLEN", "4", "WITHMATCHLEN"}, {"LCS", "l1", "l2", "LEN", "IDX"},
+		{"SETRANGE", "l1", "9223372036854775807", "A"}, {"SETBIT", "l1", "4294967296", "1"}, {"GETBIT", "l1", "4294967296"},
 		// Keyspace.
 		{"EXPIRE", "s", "100"}, {"TTL", "s"}, {"EXPIRE", "s", "50", "GT"}, {"EXPIRE", "s", "200", "GT"}, {"TTL", "s"},
 		{"EXPIRE", "s", "300", "LT"}, {"EXPIRE", "s", "10", "LT"}, {"TTL", "s"}, {"EXPIRE", "s", "10", "NX"}, {"EXPIRE", "s", "20", "XX"},

@@ -22,6 +22,9 @@ const (
 	errBitOffset   = "ERR bit offset is not an integer or out of range"
 	errBitValue    = "ERR bit is not an integer or out of range"
 	errTooBig      = "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
+
+	// maxBits is Redis's bit offset limit: 512 MiB of bits.
+	maxBits = 512 << 20 * 8
 )
 
 // update reads key under its write lock, lets fn decide, and stores what
@@ -479,14 +482,15 @@ func cmdSetRange(c *call) {
 		return
 	}
 	val := c.args[3]
+	if len(val) > 0 && off > min(c.s.maxValue, 512<<20)-int64(len(val)) {
+		c.error(errTooBig)
+		return
+	}
 	var n int
 	if _, _, ok := c.update(c.args[1], func(cur value, found bool) (value, bool, string) {
 		if len(val) == 0 {
 			n = len(cur.v)
 			return cur, false, ""
-		}
-		if off+int64(len(val)) > c.s.maxValue || off+int64(len(val)) > 512<<20 {
-			return value{}, false, errTooBig
 		}
 		nv := cur.v
 		if need := int(off) + len(val); need > len(nv) {
@@ -601,7 +605,7 @@ func cmdIncrByFloat(c *call) {
 // of byte 0, as Redis).
 func cmdSetBit(c *call) {
 	off, err := strconv.ParseInt(string(c.args[2]), 10, 64)
-	if err != nil || off < 0 || off >= 4<<30*8 || off/8 >= c.s.maxValue {
+	if err != nil || off < 0 || off >= maxBits || off/8 >= c.s.maxValue {
 		c.error(errBitOffset)
 		return
 	}
@@ -634,7 +638,7 @@ func cmdSetBit(c *call) {
 
 func cmdGetBit(c *call) {
 	off, err := strconv.ParseInt(string(c.args[2]), 10, 64)
-	if err != nil || off < 0 || off >= 4<<30*8 {
+	if err != nil || off < 0 || off >= maxBits {
 		c.error(errBitOffset)
 		return
 	}
@@ -717,64 +721,133 @@ func cmdBitCount(c *call) {
 	c.w.WriteInt(n)
 }
 
-// cmdLCS: LCS key1 key2 [LEN], the longest common subsequence (O(N*M)
-// time, as Redis; IDX is not supported).
+// cmdLCS: LCS key1 key2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN], the
+// longest common subsequence, ported from Redis 7's lcsCommand so that the
+// ranges IDX reports are the same (O(N*M) time and memory, as Redis).
 func cmdLCS(c *call) {
-	wantLen := false
-	for _, a := range c.args[3:] {
-		switch upper(a) {
+	getLen, getIdx, withMatchLen := false, false, false
+	minMatchLen := int64(0)
+	for j := 3; j < len(c.args); j++ {
+		switch upper(c.args[j]) {
+		case "IDX":
+			getIdx = true
 		case "LEN":
-			wantLen = true
-		case "IDX", "MINMATCHLEN", "WITHMATCHLEN":
-			c.error("ERR LCS IDX is not supported by kvarray")
-			return
+			getLen = true
+		case "WITHMATCHLEN":
+			withMatchLen = true
+		case "MINMATCHLEN":
+			if j+1 >= len(c.args) {
+				c.syntaxError()
+				return
+			}
+			n, err := strconv.ParseInt(string(c.args[j+1]), 10, 64)
+			if err != nil {
+				c.error(errNotInt)
+				return
+			}
+			minMatchLen = max(n, 0)
+			j++
 		default:
 			c.syntaxError()
 			return
 		}
 	}
-	a, _, err := c.get(c.cl.db, c.args[1])
+	if getLen && getIdx {
+		c.error("ERR If you want both the length and indexes, please just use IDX.")
+		return
+	}
+	av, _, err := c.get(c.cl.db, c.args[1])
 	if err != nil {
 		c.fail(err)
 		return
 	}
-	b, _, err := c.get(c.cl.db, c.args[2])
+	bv, _, err := c.get(c.cl.db, c.args[2])
 	if err != nil {
 		c.fail(err)
 		return
 	}
-	x, y := a.v, b.v
-	if int64(len(x)+1)*int64(len(y)+1) > 1<<28 {
+	a, b := av.v, bv.v
+	if int64(len(a)+1)*int64(len(b)+1) > 1<<28 {
 		c.error("ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len")
 		return
 	}
-	w := len(y) + 1
-	dp := make([]uint32, (len(x)+1)*w)
-	for i := 1; i <= len(x); i++ {
-		for j := 1; j <= len(y); j++ {
-			if x[i-1] == y[j-1] {
+	w := len(b) + 1
+	dp := make([]uint32, (len(a)+1)*w)
+	lcs := func(i, j int) uint32 { return dp[i*w+j] }
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			if a[i-1] == b[j-1] {
 				dp[i*w+j] = dp[(i-1)*w+j-1] + 1
 			} else {
 				dp[i*w+j] = max(dp[(i-1)*w+j], dp[i*w+j-1])
 			}
 		}
 	}
-	n := dp[len(x)*w+len(y)]
-	if wantLen {
-		c.w.WriteInt(int(n))
+	total := lcs(len(a), len(b))
+	if getLen {
+		c.w.WriteInt(int(total))
 		return
 	}
-	out := make([]byte, n)
-	for i, j, k := len(x), len(y), int(n); k > 0; {
-		switch {
-		case x[i-1] == y[j-1]:
-			out[k-1] = x[i-1]
-			i, j, k = i-1, j-1, k-1
-		case dp[(i-1)*w+j] > dp[i*w+j-1]:
-			i--
-		default:
-			j--
+	alen := len(a)
+	result := make([]byte, total)
+	idx := int(total)
+	aStart, aEnd, bStart, bEnd := alen, 0, 0, 0
+	type match struct{ a0, a1, b0, b1, n int }
+	var matches []match
+	for i, j := len(a), len(b); i > 0 && j > 0; {
+		emit := false
+		if a[i-1] == b[j-1] {
+			result[idx-1] = a[i-1]
+			switch {
+			case aStart == alen:
+				aStart, aEnd, bStart, bEnd = i-1, i-1, j-1, j-1
+			case aStart == i && bStart == j:
+				aStart--
+				bStart--
+			default:
+				emit = true
+			}
+			if aStart == 0 || bStart == 0 {
+				emit = true
+			}
+			idx, i, j = idx-1, i-1, j-1
+		} else {
+			if lcs(i-1, j) > lcs(i, j-1) {
+				i--
+			} else {
+				j--
+			}
+			if aStart != alen {
+				emit = true
+			}
+		}
+		if emit {
+			n := aEnd - aStart + 1
+			if minMatchLen == 0 || int64(n) >= minMatchLen {
+				matches = append(matches, match{aStart, aEnd, bStart, bEnd, n})
+			}
+			aStart = alen
 		}
 	}
-	c.w.WriteBulk(out)
+	if !getIdx {
+		c.w.WriteBulk(result)
+		return
+	}
+	c.w.WriteMap(2)
+	c.w.WriteBulkString("matches")
+	c.w.WriteArray(len(matches))
+	for _, m := range matches {
+		c.w.WriteArray(2 + b2i(withMatchLen))
+		c.w.WriteArray(2)
+		c.w.WriteInt(m.a0)
+		c.w.WriteInt(m.a1)
+		c.w.WriteArray(2)
+		c.w.WriteInt(m.b0)
+		c.w.WriteInt(m.b1)
+		if withMatchLen {
+			c.w.WriteInt(m.n)
+		}
+	}
+	c.w.WriteBulkString("len")
+	c.w.WriteInt(int(total))
 }
