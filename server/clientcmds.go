@@ -249,3 +249,17 @@ func cmdFunction(c *call) {
 		c.error(fmt.Sprintf("ERR FUNCTION %s is not supported by kvarray: it has no scripting", strings.ToUpper(string(truncate(c.args[1], 32)))))
 	}
 }
+
+// cmdSave: every acknowledged write is already on the devices, so SAVE
+// has nothing to do (not allowed inside MULTI, as in Redis).
+func cmdSave(c *call) { c.ok() }
+
+// cmdLastSave: every write is saved as it is made; the server's start is
+// the last time nothing was unsaved.
+func cmdLastSave(c *call) { c.w.WriteInt64(c.s.started.Unix()) }
+
+// cmdShutdown: kvarray serve stops on SIGINT or SIGTERM, closing the
+// array; SHUTDOWN over the protocol is refused.
+func cmdShutdown(c *call) {
+	c.error("ERR SHUTDOWN is not supported by kvarray: stop kvarray serve with SIGTERM (it finishes the commands in flight and closes the array)")
+}

@@ -53,7 +53,7 @@ func TestSameAsRedis(t *testing.T) {
 		{"TTL", "s"}, {"PEXPIRE", "s", "100000"}, {"EXPIRETIME", "nokey"}, {"PEXPIRETIME", "ap"}, {"EXPIREAT", "s", "1"}, {"EXISTS", "s"},
 		{"EXPIRE", "x", "abc"}, {"PEXPIREAT", "ap", "x"},
 		{"RENAME", "ap", "ap2"}, {"GET", "ap2"}, {"RENAME", "nokey", "x"}, {"RENAMENX", "ap2", "sr"}, {"RENAMENX", "ap2", "ap3"},
-		{"RENAMENX", "nokey", "x"}, {"RENAME", "ap3", "ap3"}, {"EXISTS", "ap3"},
+		{"RENAMENX", "nokey", "x"}, {"RENAME", "ap3", "ap3"}, {"EXISTS", "ap3"}, {"RENAMENX", "ap3", "ap3"},
 		{"COPY", "ap3", "cp"}, {"COPY", "ap3", "cp"}, {"COPY", "ap3", "cp", "REPLACE"}, {"COPY", "nokey", "cp"}, {"COPY", "ap3", "cp", "DB", "3"},
 		{"COPY", "ap3", "ap3"}, {"COPY", "ap3", "x", "DB", "99"}, {"COPY", "ap3", "x", "FOO"},
 		{"MOVE", "cp", "2"}, {"MOVE", "cp", "2"}, {"EXISTS", "cp"}, {"MOVE", "nokey", "2"}, {"MOVE", "ap3", "0"}, {"MOVE", "ap3", "x"},

@@ -254,6 +254,8 @@ func cmdRename(c *call) {
 	case !ok:
 	case !moved && !nx:
 		c.error("ERR no such key")
+	case nx && bytes.Equal(c.args[1], c.args[2]):
+		c.w.WriteInt(0) // the destination exists: it is the source
 	case !moved:
 		// RENAMENX: a missing source is an error too.
 		if _, found, err := c.get(db, c.args[1]); err == nil && !found {
@@ -360,6 +362,8 @@ func (c *call) flush(db int) error {
 	if err != nil {
 		return err
 	}
+	// remove touches the watchers of each key that existed: FLUSH*
+	// does not abort an EXEC that watched a missing key, as in Redis.
 	errs := forEach(len(keys), func(i int) error {
 		unlock, err := c.lockKeys(db, keys[i])
 		if err != nil {
@@ -369,7 +373,6 @@ func (c *call) flush(db int) error {
 		_, err = c.remove(db, keys[i])
 		return err
 	})
-	c.s.touchDB(db)
 	_, err = firstError(errs)
 	return err
 }
