@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvarray/kvarray/array"
@@ -35,16 +36,22 @@ const (
 )
 
 type expiry struct {
-	stop   chan struct{}
-	done   chan struct{}
-	once   sync.Once
-	cursor int64 // oldest bucket not yet done; guarded by mu
-	mu     sync.Mutex
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+	// cursor is the oldest bucket not yet done. It is atomic because
+	// dueKeys reads it while a transaction (which excludes the cycle's
+	// batches) runs: it must never wait for the cycle.
+	cursor atomic.Int64
+	mu     sync.Mutex // one pass of the cycle at a time
 }
 
 func (s *Server) startExpiry() {
 	s.exp.stop = make(chan struct{})
 	s.exp.done = make(chan struct{})
+	// Older buckets are covered by the loop's first pass over the whole
+	// index.
+	s.exp.cursor.Store(keyspace.Bucket(keyspace.NowMs()) - 1)
 	go s.expiryLoop()
 }
 
@@ -73,9 +80,6 @@ func (s *Server) expiryLoop() {
 	if err := s.reclaimPrefix(ctx, keyspace.ExpiryPrefix(), keyspace.NowMs()); err != nil && ctx.Err() == nil {
 		s.o.errorLog.Printf("kvarray server: expiry cycle: %v", err)
 	}
-	s.exp.mu.Lock()
-	s.exp.cursor = keyspace.Bucket(keyspace.NowMs()) - 1
-	s.exp.mu.Unlock()
 	t := time.NewTicker(expiryPeriod)
 	defer t.Stop()
 	for {
@@ -96,12 +100,12 @@ func (s *Server) expireDue(ctx context.Context) error {
 	defer s.exp.mu.Unlock()
 	now := keyspace.NowMs()
 	nowB := keyspace.Bucket(now)
-	for b := s.exp.cursor; b <= nowB; b++ {
+	for b := s.exp.cursor.Load(); b <= nowB; b++ {
 		if err := s.reclaimPrefix(ctx, keyspace.BucketPrefix(b), now); err != nil {
 			return err
 		}
 		if b < nowB-1 {
-			s.exp.cursor = b + 1
+			s.exp.cursor.Store(b + 1)
 		}
 	}
 	return nil
@@ -110,9 +114,7 @@ func (s *Server) expireDue(ctx context.Context) error {
 // dueKeys lists db's keys whose index entries are due and not yet
 // reclaimed (KEYS, SCAN, RANDOMKEY filter them out).
 func (s *Server) dueKeys(ctx context.Context, db int) (map[string]bool, error) {
-	s.exp.mu.Lock()
-	from := s.exp.cursor
-	s.exp.mu.Unlock()
+	from := s.exp.cursor.Load()
 	now := keyspace.NowMs()
 	due := map[string]bool{}
 	for b := from; b <= keyspace.Bucket(now); b++ {

@@ -125,3 +125,38 @@ func TestExpirySurvives(t *testing.T) {
 		t.Error("the key that expired while the server was down was not reclaimed")
 	}
 }
+
+// TestExpiryDuringTransactions: transactions that list keys (which reads
+// the expiry index) run while the cycle reclaims keys, and neither waits
+// for the other forever; once the keys have expired, KEYS in a
+// transaction lists none of them, reclaimed or not.
+func TestExpiryDuringTransactions(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	rdb := ts.client()
+	keysInTx := func(pattern string) []string {
+		t.Helper()
+		cmds, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Keys(ctx, pattern)
+			p.Incr(ctx, "n")
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cmds[0].(*redis.StringSliceCmd).Val()
+	}
+	for round := range 10 {
+		for i := range 50 {
+			rdb.Set(ctx, fmt.Sprintf("r%d-%d", round, i), "v", time.Duration(10+i)*time.Millisecond)
+		}
+		for range 5 {
+			keysInTx("*")
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if keys := keysInTx("r*"); len(keys) != 0 {
+		t.Errorf("KEYS in a transaction listed %d expired keys: %q", len(keys), keys[:min(len(keys), 5)])
+	}
+}
