@@ -67,6 +67,9 @@ type Config struct {
 	// probes failed devices and resyncs those that answer again. 0
 	// disables it; one-shot CLI commands never run it.
 	AutoResync Duration `yaml:"auto_resync,omitempty"`
+	// Databases is how many Redis databases kvarray serve offers (SELECT
+	// 0 to Databases-1), 1 to 255. Default (0): 16, as Redis.
+	Databases int `yaml:"databases,omitempty"`
 
 	// dir is the directory relative pebble paths are relative to; empty
 	// means the process's working directory.

@@ -140,3 +140,24 @@ func TestRESP3Replies(t *testing.T) {
 		t.Errorf("RESET did not return to RESP2: %v", r)
 	}
 }
+
+// TestDatabases: the number of databases is the server's option.
+func TestDatabases(t *testing.T) {
+	ts := startServer(t, "", WithDatabases(4))
+	c := ts.dial()
+	if r := c.do("SELECT", "3"); r.str != "OK" {
+		t.Errorf("SELECT 3 of 4: %v", r)
+	}
+	if r := c.do("SELECT", "4"); r.str != "ERR DB index is out of range" {
+		t.Errorf("SELECT 4 of 4: %v", r)
+	}
+	if r := c.do("CONFIG", "GET", "databases"); len(r.elems) != 2 || r.elems[1].str != "4" {
+		t.Errorf("CONFIG GET databases = %v", r)
+	}
+	if r := c.do("SET", "k", "v"); r.str != "OK" {
+		t.Fatal(r)
+	}
+	if r := c.do("INFO", "keyspace"); !strings.Contains(r.str, "db3:keys=1,expires=0") {
+		t.Errorf("INFO keyspace = %q", r.str)
+	}
+}

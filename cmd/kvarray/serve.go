@@ -58,7 +58,7 @@ control: listen on a trusted address only.`,
 func (c *cli) serve(listen string, explicitConfig bool) error {
 	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	a, devs, err := c.openForServe(ctx, explicitConfig)
+	a, devs, dbs, err := c.openForServe(ctx, explicitConfig)
 	if err != nil {
 		return err
 	}
@@ -70,7 +70,11 @@ func (c *cli) serve(listen string, explicitConfig bool) error {
 		}
 		return err
 	}
-	srv := server.New(a, server.WithDevices(devs))
+	opts := []server.Option{server.WithDevices(devs)}
+	if dbs > 0 {
+		opts = append(opts, server.WithDatabases(dbs))
+	}
+	srv := server.New(a, opts...)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	fmt.Fprintf(c.stdout, "kvarray serve: array %s (%s, %d devices) listening on %s\n", a.ID(), a.Mode(), a.N(), l.Addr())
@@ -109,16 +113,16 @@ func (c *cli) serve(listen string, explicitConfig bool) error {
 // the devices itself, to give them to the server (KVARRAY.FAIL and
 // RECOVER work on mem devices) and to open the array with the options of
 // a long-running process (automatic resync).
-func (c *cli) openForServe(ctx context.Context, explicitConfig bool) (*array.Array, []device.Device, error) {
+func (c *cli) openForServe(ctx context.Context, explicitConfig bool) (*array.Array, []device.Device, int, error) {
 	cfg, err := config.Load(c.configPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		if explicitConfig {
-			return nil, nil, fmt.Errorf("config file %s does not exist (create one with 'kvarray init', or run serve without --config for the default array)", c.configPath)
+			return nil, nil, 0, fmt.Errorf("config file %s does not exist (create one with 'kvarray init', or run serve without --config for the default array)", c.configPath)
 		}
 		cfg, err = c.createDefault(ctx)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	// mem devices are new at every open: their array is created.
 	mem := allMem(cfg)
@@ -133,9 +137,9 @@ func (c *cli) openForServe(ctx context.Context, explicitConfig bool) (*array.Arr
 		for _, d := range devs {
 			d.Close()
 		}
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	return a, devs, nil
+	return a, devs, cfg.Databases, nil
 }
 
 // someAnswers fails, as config.OpenConfig does, when no device could be
