@@ -44,10 +44,12 @@ func TestExpiryReclaimed(t *testing.T) {
 			t.Fatalf("expired short%d returned: %q", i, v)
 		}
 	}
+	// The values go first, then their index entries.
 	reclaimed := waitFor(250, func() bool {
 		keys, err := ts.a.Keys(ctx, keyspace.RawKey(0, []byte("short")))
 		k3, err3 := ts.a.Keys(ctx, keyspace.RawKey(3, nil))
-		return err == nil && err3 == nil && len(keys) == 0 && len(k3) == 0
+		idx, erri := ts.a.Keys(ctx, keyspace.ExpiryPrefix())
+		return err == nil && err3 == nil && erri == nil && len(keys) == 0 && len(k3) == 0 && len(idx) <= n
 	})
 	if !reclaimed {
 		t.Fatal("the expiry cycle did not delete the expired values")
