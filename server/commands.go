@@ -30,6 +30,9 @@ type command struct {
 	// noTx: refused inside MULTI (its effect is not one of the
 	// transaction's writes).
 	noTx bool
+	// exclusive: takes the transaction lock exclusively itself (EXEC,
+	// SWAPDB), so serveRESP does not take it shared.
+	exclusive bool
 }
 
 // arg documents one argument for COMMAND DOCS (redis-cli's hints).
@@ -181,14 +184,14 @@ var commands = []*command{
 		args: []arg{optional(oneof("flush-type", token("ASYNC"), token("SYNC")))}, run: cmdFlushAll},
 	{name: "swapdb", arity: 3, flags: []string{"write", "fast"}, acl: []string{"keyspace", "write", "fast", "dangerous"}, group: "server", since: "4.0.0",
 		summary: "Swaps two databases (one write of the database map; not allowed inside MULTI).", complexity: "O(1)",
-		args: []arg{intArg("index1"), intArg("index2")}, run: cmdSwapDB, noTx: true},
+		args: []arg{intArg("index1"), intArg("index2")}, run: cmdSwapDB, noTx: true, exclusive: true},
 
 	// Transactions.
 	{name: "multi", arity: 1, flags: []string{"noscript", "loading", "stale", "fast", "allow_busy"}, acl: []string{"fast", "transaction"},
 		group: "transactions", since: "1.2.0", summary: "Starts a transaction.", complexity: "O(1)", run: cmdMulti},
 	{name: "exec", arity: 1, flags: []string{"noscript", "loading", "stale", "skip_slowlog"}, acl: []string{"slow", "transaction"},
 		group: "transactions", since: "1.2.0", summary: "Executes all commands in a transaction, atomically and all-or-nothing across a crash.",
-		complexity: "Depends on commands in the transaction", run: cmdExec},
+		complexity: "Depends on commands in the transaction", run: cmdExec, exclusive: true},
 	{name: "discard", arity: 1, flags: []string{"noscript", "loading", "stale", "fast", "allow_busy"}, acl: []string{"fast", "transaction"},
 		group: "transactions", since: "2.0.0", summary: "Discards a transaction.", complexity: "O(N), when N is the number of queued commands", run: cmdDiscard},
 	keyPos(&command{name: "watch", arity: -2, flags: []string{"noscript", "loading", "stale", "fast", "allow_busy"}, acl: []string{"fast", "transaction"},
@@ -342,9 +345,9 @@ func (s *Server) serveRESP(rc redcon.Conn, cmd redcon.Command) {
 	}
 	e.calls.Add(1)
 	// Admin commands work on the array, not on keys, and may run long
-	// (rebuild): they do not hold EXEC up. EXEC takes the lock itself.
+	// (rebuild): they do not hold EXEC up.
 	s.waitPause(e)
-	if !e.admin() && e.name != "exec" {
+	if !e.admin() && !e.exclusive {
 		s.txmu.RLock()
 		defer s.txmu.RUnlock()
 	}

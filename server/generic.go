@@ -420,7 +420,7 @@ func cmdFlushAll(c *call) {
 }
 
 // cmdSwapDB swaps two databases: one write of the keyspace's database map
-// (not allowed inside MULTI).
+// (not allowed inside MULTI), under the exclusive transaction lock.
 func cmdSwapDB(c *call) {
 	x, err1 := strconv.ParseInt(string(c.args[1]), 10, 64)
 	y, err2 := strconv.ParseInt(string(c.args[2]), 10, 64)
@@ -436,6 +436,10 @@ func cmdSwapDB(c *call) {
 		return
 	}
 	if x != y {
+		// Exclusively: a command running meanwhile could read a key in
+		// one database and write it in the other.
+		c.s.txmu.Lock()
+		defer c.s.txmu.Unlock()
 		if err := c.s.ks.Swap(c.ctx, int(x), int(y)); err != nil {
 			c.fail(err)
 			return
