@@ -300,7 +300,7 @@ func cmdQuit(c *call) {
 }
 
 // cmdCommand: COMMAND, COMMAND COUNT, COMMAND LIST, COMMAND INFO [name…],
-// COMMAND DOCS [name…], in Redis 7's RESP2 shapes.
+// COMMAND DOCS [name…], in Redis 7's shapes (sets and maps in RESP3).
 func cmdCommand(c *call) {
 	if len(c.args) == 1 {
 		names := c.s.commandNames()
@@ -347,7 +347,7 @@ func cmdCommand(c *call) {
 				found = append(found, e.command)
 			}
 		}
-		c.w.WriteArray(2 * len(found))
+		c.w.WriteMap(len(found))
 		for _, cmd := range found {
 			c.w.WriteBulkString(cmd.name)
 			writeDocs(c, cmd)
@@ -394,30 +394,30 @@ func (s *Server) writeInfo(c *call, cmd *command) {
 	c.w.WriteArray(10)
 	c.w.WriteBulkString(cmd.name)
 	c.w.WriteInt(cmd.arity)
-	c.w.WriteArray(len(cmd.flags))
+	c.w.WriteSet(len(cmd.flags))
 	for _, f := range cmd.flags {
 		c.w.WriteString(f)
 	}
 	c.w.WriteInt(cmd.first)
 	c.w.WriteInt(cmd.last)
 	c.w.WriteInt(cmd.step)
-	c.w.WriteArray(len(cmd.acl))
+	c.w.WriteSet(len(cmd.acl))
 	for _, a := range cmd.acl {
 		c.w.WriteString("@" + a)
 	}
-	c.w.WriteArray(0)
-	c.w.WriteArray(0)
-	c.w.WriteArray(0)
+	c.w.WriteSet(0) // tips
+	c.w.WriteSet(0) // key specs
+	c.w.WriteSet(0) // subcommands
 }
 
-// writeDocs writes a command's COMMAND DOCS map (flattened for RESP2):
+// writeDocs writes a command's COMMAND DOCS map (flattened in RESP2):
 // summary, since, group, complexity, arguments.
 func writeDocs(c *call, cmd *command) {
-	n := 8
+	n := 4
 	if len(cmd.args) > 0 {
-		n += 2
+		n++
 	}
-	c.w.WriteArray(n)
+	c.w.WriteMap(n)
 	for _, kv := range [][2]string{{"summary", cmd.summary}, {"since", cmd.since}, {"group", cmd.group}, {"complexity", cmd.complexity}} {
 		c.w.WriteBulkString(kv[0])
 		c.w.WriteBulkString(kv[1])
@@ -438,17 +438,17 @@ func writeArgs(c *call, args []arg) {
 		if a.multiple {
 			flags = append(flags, "multiple")
 		}
-		n := 4
+		n := 2
 		if a.token != "" {
-			n += 2
+			n++
 		}
 		if len(flags) > 0 {
-			n += 2
+			n++
 		}
 		if len(a.sub) > 0 {
-			n += 2
+			n++
 		}
-		c.w.WriteArray(n)
+		c.w.WriteMap(n)
 		c.w.WriteBulkString("name")
 		c.w.WriteBulkString(a.name)
 		c.w.WriteBulkString("type")
@@ -459,7 +459,7 @@ func writeArgs(c *call, args []arg) {
 		}
 		if len(flags) > 0 {
 			c.w.WriteBulkString("flags")
-			c.w.WriteArray(len(flags))
+			c.w.WriteSet(len(flags))
 			for _, f := range flags {
 				c.w.WriteString(f)
 			}

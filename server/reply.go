@@ -109,17 +109,6 @@ func (w *respWriter) WriteSet(n int) {
 	w.WriteArray(n)
 }
 
-// WriteDouble is a double (a bulk string in RESP2), formatted as Redis
-// formats INCRBYFLOAT's result: the shortest exact decimal, no exponent.
-func (w *respWriter) WriteDouble(f float64) {
-	s := formatFloat(f)
-	if w.resp3() {
-		w.emit(func(b []byte) []byte { return append(append(append(b, ','), s...), '\r', '\n') })
-		return
-	}
-	w.WriteBulkString(s)
-}
-
 // WriteVerbatim is a verbatim text string (txt) in RESP3, a bulk string
 // in RESP2: INFO, CLIENT LIST and CLIENT INFO, as Redis 7.
 func (w *respWriter) WriteVerbatim(s string) {
