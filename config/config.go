@@ -71,6 +71,9 @@ type Config struct {
 	// Serve holds what only `kvarray serve` reads: authentication, TLS,
 	// metrics and logs (serve.go). Its keys are top-level, as Redis's.
 	Serve Serve `yaml:",inline"`
+	// Databases is how many Redis databases kvarray serve offers (SELECT
+	// 0 to Databases-1), 1 to 255. Default (0): 16, as Redis.
+	Databases int `yaml:"databases,omitempty"`
 
 	// dir is the directory relative pebble paths are relative to; empty
 	// means the process's working directory.

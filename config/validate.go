@@ -44,6 +44,9 @@ func (c *Config) Validate() error {
 		seen[sp.id()] = i
 	}
 
+	if d.Databases < 0 || d.Databases > 255 {
+		p.add("databases: %d; want 1 to 255 (default 16)", d.Databases)
+	}
 	if d.Mode != "standalone" && d.Mode != "hybrid" {
 		p.add("mode %q: want standalone or hybrid", d.Mode)
 	}

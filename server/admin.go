@@ -28,12 +28,15 @@ func cmdStatus(c *call) {
 		c.fail(err)
 		return
 	}
-	c.rc.WriteBulk(data)
+	c.w.WriteBulk(data)
 }
 
 // cmdKvSet: KVARRAY.SET key value mechanism.
 func cmdKvSet(c *call) {
-	if stored, _ := c.set(c.args[1], c.args[2], always, array.Using(string(c.args[3]))); stored {
+	c.using = string(c.args[3])
+	if _, _, ok := c.updateRead(c.args[1], false, func(value, bool) (value, bool, string) {
+		return value{c.args[2], 0}, true, ""
+	}); ok {
 		c.ok()
 	}
 }
@@ -105,7 +108,7 @@ func cmdRecover(c *call) {
 		c.fail(err)
 		return
 	}
-	c.rc.WriteBulk(data)
+	c.w.WriteBulk(data)
 }
 
 // cmdScrub: KVARRAY.SCRUB [REPAIR] [WORKERS n] runs array.Scrub.
@@ -170,5 +173,5 @@ func (c *call) json(v any) {
 		c.fail(err)
 		return
 	}
-	c.rc.WriteBulk(data)
+	c.w.WriteBulk(data)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,12 @@ type command struct {
 	complexity        string
 	args              []arg
 	run               func(*call)
+	// noTx: refused inside MULTI (its effect is not one of the
+	// transaction's writes).
+	noTx bool
+	// exclusive: takes the transaction lock exclusively itself (EXEC,
+	// SWAPDB), so serveRESP does not take it shared.
+	exclusive bool
 }
 
 // arg documents one argument for COMMAND DOCS (redis-cli's hints).
@@ -38,8 +45,11 @@ type arg struct {
 // entry is a command with its call counter (INFO commandstats).
 type entry struct {
 	*command
-	calls atomic.Int64
+	calls, usec atomic.Int64
 }
+
+func (e *entry) admin() bool { return slices.Contains(e.flags, "admin") }
+func (e *entry) write() bool { return slices.Contains(e.flags, "write") }
 
 // Argument builders for the table.
 func keyArg(name string) arg         { return arg{name: name, typ: "key"} }
@@ -67,7 +77,7 @@ var commands = []*command{
 		summary: "Returns the given string.", complexity: "O(1)", args: []arg{strArg("message")}, run: cmdEcho},
 	{name: "hello", arity: -1, flags: []string{"noscript", "loading", "stale", "fast", "no_auth", "allow_busy"}, acl: []string{"fast", "connection"},
 		group: "connection", since: "6.0.0", complexity: "O(1)",
-		summary: "Handshakes with the server. kvarray speaks RESP2 only: HELLO 3 is refused with NOPROTO.",
+		summary: "Handshakes with the server: HELLO 3 switches the connection to RESP3, HELLO 2 to RESP2.",
 		args: []arg{optional(block("arguments", intArg("protover"),
 			optional(tokenArg("AUTH", block("username-password", strArg("username"), strArg("password")))),
 			optional(tokenArg("SETNAME", strArg("clientname")))))}, run: cmdHello},
@@ -76,52 +86,86 @@ var commands = []*command{
 		summary: "Authenticates the connection as the default user (requirepass) or an ACL user.",
 		args:    []arg{optional(strArg("username")), strArg("password")}, run: cmdAuth},
 	{name: "client", arity: -2, acl: []string{"slow", "connection"}, group: "connection", since: "2.4.0",
-		summary:    "A container for client connection commands: ID, GETNAME, SETNAME, SETINFO, INFO, LIST, NO-EVICT, NO-TOUCH.",
+		summary:    "A container for client connection commands: ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL, PAUSE, UNPAUSE, REPLY, NO-EVICT, NO-TOUCH.",
 		complexity: "Depends on subcommand.", args: []arg{strArg("subcommand"), optional(multiple(strArg("arg")))}, run: cmdClient},
 	{name: "select", arity: 2, flags: []string{"loading", "stale", "fast"}, acl: []string{"keyspace", "fast"}, group: "connection", since: "1.0.0",
-		summary: "Changes the selected database. kvarray has database 0 only.", complexity: "O(1)",
+		summary: "Changes the selected database.", complexity: "O(1)",
 		args: []arg{intArg("index")}, run: cmdSelect},
 	{name: "quit", arity: -1, flags: []string{"allow_busy", "noscript", "loading", "stale", "fast", "no_auth"}, acl: []string{"fast", "connection"},
 		group: "connection", since: "1.0.0", summary: "Closes the connection.", complexity: "O(1)", run: cmdQuit},
+	{name: "reset", arity: 1, flags: []string{"noscript", "loading", "stale", "fast", "no_auth", "allow_busy"}, acl: []string{"fast", "connection"},
+		group: "connection", since: "6.2.0", summary: "Resets the connection: no transaction, no watches, database 0, RESP2, no name.", complexity: "O(1)", run: cmdReset},
+	{name: "readonly", arity: 1, flags: []string{"loading", "stale", "fast"}, acl: []string{"fast", "connection"}, group: "cluster", since: "3.0.0",
+		summary: "Accepted (OK) so that cluster-aware clients connect; there is no cluster.", complexity: "O(1)", run: cmdReadonly},
+	{name: "readwrite", arity: 1, flags: []string{"loading", "stale", "fast"}, acl: []string{"fast", "connection"}, group: "cluster", since: "3.0.0",
+		summary: "Accepted (OK); there is no cluster.", complexity: "O(1)", run: cmdReadonly},
 
 	// Strings.
-	{name: "get", arity: 2, flags: []string{"readonly", "fast"}, first: 1, last: 1, step: 1, acl: []string{"read", "string", "fast"},
-		group: "string", since: "1.0.0", summary: "Returns the value of a key (nil if it does not exist).", complexity: "O(1)",
-		args: []arg{keyArg("key")}, run: cmdGet},
-	{name: "set", arity: -3, flags: []string{"write", "denyoom"}, first: 1, last: 1, step: 1, acl: []string{"write", "string", "slow"},
-		group: "string", since: "1.0.0", complexity: "O(1)",
-		summary: "Sets the value of a key. NX and XX are supported; expiry options and GET are not.",
-		args:    []arg{keyArg("key"), strArg("value"), optional(oneof("condition", token("NX"), token("XX")))}, run: cmdSet},
-	{name: "setnx", arity: 3, flags: []string{"write", "denyoom", "fast"}, first: 1, last: 1, step: 1, acl: []string{"write", "string", "fast"},
-		group: "string", since: "1.0.0", summary: "Sets the value of a key only when it does not exist: 1 if set, 0 if not.", complexity: "O(1)",
-		args: []arg{keyArg("key"), strArg("value")}, run: cmdSetNX},
-	{name: "mget", arity: -2, flags: []string{"readonly", "fast"}, first: 1, last: -1, step: 1, acl: []string{"read", "string", "fast"},
-		group: "string", since: "1.0.0", summary: "Returns the values of one or more keys.", complexity: "O(N) where N is the number of keys to retrieve.",
-		args: []arg{multiple(keyArg("key"))}, run: cmdMget},
-	{name: "mset", arity: -3, flags: []string{"write", "denyoom"}, first: 1, last: -1, step: 2, acl: []string{"write", "string", "slow"},
-		group: "string", since: "1.0.1", complexity: "O(N) where N is the number of keys to set.",
-		summary: "Sets the values of one or more keys (stored concurrently; not atomic for readers).",
-		args:    []arg{multiple(block("data", keyArg("key"), strArg("value")))}, run: cmdMset},
-	{name: "strlen", arity: 2, flags: []string{"readonly", "fast"}, first: 1, last: 1, step: 1, acl: []string{"read", "string", "fast"},
-		group: "string", since: "2.2.0", summary: "Returns the length of a value (reads the value).", complexity: "O(N) in kvarray: the value is read.",
-		args: []arg{keyArg("key")}, run: cmdStrlen},
+	rcmd("get", 2, "string", "1.0.0", "Returns the value of a key (nil if it does not exist).", cmdGet, keyArg("key")),
+	wcmd("set", -3, "string", "1.0.0", "Sets the value of a key, with NX, XX, GET and an expiry (EX, PX, EXAT, PXAT, KEEPTTL).", cmdSet,
+		keyArg("key"), strArg("value"), optional(oneof("condition", token("NX"), token("XX"))), optional(token("GET")),
+		optional(oneof("expiration", tokenArg("EX", intArg("seconds")), tokenArg("PX", intArg("milliseconds")),
+			tokenArg("EXAT", intArg("unix-time-seconds")), tokenArg("PXAT", intArg("unix-time-milliseconds")), token("KEEPTTL")))),
+	wcmd("setnx", 3, "string", "1.0.0", "Sets the value of a key only when it does not exist: 1 if set, 0 if not.", cmdSetNX, keyArg("key"), strArg("value")),
+	wcmd("setex", 4, "string", "2.0.0", "Sets the value and expiration time (seconds) of a key.", cmdSetEx, keyArg("key"), intArg("seconds"), strArg("value")),
+	wcmd("psetex", 4, "string", "2.6.0", "Sets the value and expiration time (milliseconds) of a key.", cmdSetEx, keyArg("key"), intArg("milliseconds"), strArg("value")),
+	wcmd("getex", -2, "string", "6.2.0", "Returns the value of a key after optionally setting its expiration time.", cmdGetEx, keyArg("key"),
+		optional(oneof("expiration", tokenArg("EX", intArg("seconds")), tokenArg("PX", intArg("milliseconds")),
+			tokenArg("EXAT", intArg("unix-time-seconds")), tokenArg("PXAT", intArg("unix-time-milliseconds")), token("PERSIST")))),
+	wcmd("getset", 3, "string", "1.0.0", "Returns the previous value of a key after setting it to a new value (and removing its expiry).", cmdGetSet, keyArg("key"), strArg("value")),
+	wcmd("getdel", 2, "string", "6.2.0", "Returns the value of a key after deleting the key.", cmdGetDel, keyArg("key")),
+	keyPos(rcmd("mget", -2, "string", "1.0.0", "Returns the values of one or more keys.", cmdMget, multiple(keyArg("key"))), -1, 1),
+	keyPos(wcmd("mset", -3, "string", "1.0.1", "Sets the values of one or more keys (concurrently; atomic for readers only inside MULTI).", cmdMset,
+		multiple(block("data", keyArg("key"), strArg("value")))), -1, 2),
+	keyPos(wcmd("msetnx", -3, "string", "1.0.1", "Sets the values of one or more keys only when none of them exists: 1 if set, 0 if not.", cmdMset,
+		multiple(block("data", keyArg("key"), strArg("value")))), -1, 2),
+	rcmd("strlen", 2, "string", "2.2.0", "Returns the length of a value (reads the value).", cmdStrlen, keyArg("key")),
+	wcmd("append", 3, "string", "2.0.0", "Appends a string to the value of a key (rewrites the value: the array has no partial writes).", cmdAppend, keyArg("key"), strArg("value")),
+	rcmd("getrange", 4, "string", "2.4.0", "Returns a substring of the value of a key.", cmdGetRange, keyArg("key"), intArg("start"), intArg("end")),
+	rcmd("substr", 4, "string", "1.0.0", "Returns a substring of the value of a key (GETRANGE).", cmdGetRange, keyArg("key"), intArg("start"), intArg("end")),
+	wcmd("setrange", 4, "string", "2.2.0", "Overwrites part of a value at an offset (rewrites the value).", cmdSetRange, keyArg("key"), intArg("offset"), strArg("value")),
+	wcmd("incr", 2, "string", "1.0.0", "Increments the integer value of a key by one.", cmdIncr, keyArg("key")),
+	wcmd("decr", 2, "string", "1.0.0", "Decrements the integer value of a key by one.", cmdIncr, keyArg("key")),
+	wcmd("incrby", 3, "string", "1.0.0", "Increments the integer value of a key by a number.", cmdIncr, keyArg("key"), intArg("increment")),
+	wcmd("decrby", 3, "string", "1.0.0", "Decrements the integer value of a key by a number.", cmdIncr, keyArg("key"), intArg("decrement")),
+	wcmd("incrbyfloat", 3, "string", "2.6.0", "Increments the floating point value of a key by a number.", cmdIncrByFloat, keyArg("key"), arg{name: "increment", typ: "double"}),
+	wcmd("setbit", 4, "bitmap", "2.2.0", "Sets or clears the bit at offset of the value (rewrites the value).", cmdSetBit, keyArg("key"), intArg("offset"), intArg("value")),
+	rcmd("getbit", 3, "bitmap", "2.2.0", "Returns the bit at offset of the value.", cmdGetBit, keyArg("key"), intArg("offset")),
+	rcmd("bitcount", -2, "bitmap", "2.6.0", "Counts the set bits of a value, optionally in a range of bytes or bits.", cmdBitCount, keyArg("key"),
+		optional(block("range", intArg("start"), intArg("end"), optional(oneof("unit", token("BYTE"), token("BIT")))))),
+	keyPos(rcmd("lcs", -3, "string", "7.0.0", "Finds the longest common subsequence of two values.", cmdLCS,
+		keyArg("key1"), keyArg("key2"), optional(token("LEN")), optional(token("IDX")),
+		optional(tokenArg("MINMATCHLEN", intArg("min-match-len"))), optional(token("WITHMATCHLEN"))), 2, 1),
 
 	// Keyspace.
-	{name: "del", arity: -2, flags: []string{"write"}, first: 1, last: -1, step: 1, acl: []string{"keyspace", "write", "slow"},
-		group: "generic", since: "1.0.0", summary: "Deletes one or more keys; returns how many existed.",
-		complexity: "O(N) where N is the number of keys that will be removed.", args: []arg{multiple(keyArg("key"))}, run: cmdDel},
-	{name: "exists", arity: -2, flags: []string{"readonly", "fast"}, first: 1, last: -1, step: 1, acl: []string{"keyspace", "read", "fast"},
-		group: "generic", since: "1.0.0", summary: "Counts how many of the given keys exist.",
-		complexity: "O(N) where N is the number of keys to check.", args: []arg{multiple(keyArg("key"))}, run: cmdExists},
-	{name: "type", arity: 2, flags: []string{"readonly", "fast"}, first: 1, last: 1, step: 1, acl: []string{"keyspace", "read", "fast"},
-		group: "generic", since: "1.0.0", summary: "Returns string for a key that exists, none otherwise.", complexity: "O(1)",
-		args: []arg{keyArg("key")}, run: cmdType},
-	{name: "ttl", arity: 2, flags: []string{"readonly", "fast"}, first: 1, last: 1, step: 1, acl: []string{"keyspace", "read", "fast"},
-		group: "generic", since: "1.0.0", summary: "Returns -1 for a key that exists (kvarray has no expiry), -2 otherwise.", complexity: "O(1)",
-		args: []arg{keyArg("key")}, run: cmdTTL},
-	{name: "pttl", arity: 2, flags: []string{"readonly", "fast"}, first: 1, last: 1, step: 1, acl: []string{"keyspace", "read", "fast"},
-		group: "generic", since: "2.6.0", summary: "Returns -1 for a key that exists (kvarray has no expiry), -2 otherwise.", complexity: "O(1)",
-		args: []arg{keyArg("key")}, run: cmdTTL},
+	keyPos(wcmd("del", -2, "generic", "1.0.0", "Deletes one or more keys; returns how many existed.", cmdDel, multiple(keyArg("key"))), -1, 1),
+	keyPos(wcmd("unlink", -2, "generic", "4.0.0", "Deletes one or more keys (as DEL: deletes are not deferred).", cmdDel, multiple(keyArg("key"))), -1, 1),
+	keyPos(rcmd("exists", -2, "generic", "1.0.0", "Counts how many of the given keys exist.", cmdExists, multiple(keyArg("key"))), -1, 1),
+	keyPos(rcmd("touch", -2, "generic", "3.2.1", "Counts how many of the given keys exist (kvarray keeps no access times).", cmdExists, multiple(keyArg("key"))), -1, 1),
+	rcmd("type", 2, "generic", "1.0.0", "Returns string for a key that exists, none otherwise.", cmdType, keyArg("key")),
+	rcmd("ttl", 2, "generic", "1.0.0", "Returns the time to live of a key in seconds (-1 no expiry, -2 no key).", cmdTTL, keyArg("key")),
+	rcmd("pttl", 2, "generic", "2.6.0", "Returns the time to live of a key in milliseconds (-1 no expiry, -2 no key).", cmdTTL, keyArg("key")),
+	rcmd("expiretime", 2, "generic", "7.0.0", "Returns the expiration time of a key as a Unix timestamp in seconds.", cmdTTL, keyArg("key")),
+	rcmd("pexpiretime", 2, "generic", "7.0.0", "Returns the expiration time of a key as a Unix timestamp in milliseconds.", cmdTTL, keyArg("key")),
+	wcmd("expire", -3, "generic", "1.0.0", "Sets the expiration time of a key in seconds (NX, XX, GT, LT).", cmdExpire, keyArg("key"), intArg("seconds"), expireCond),
+	wcmd("pexpire", -3, "generic", "2.6.0", "Sets the expiration time of a key in milliseconds (NX, XX, GT, LT).", cmdExpire, keyArg("key"), intArg("milliseconds"), expireCond),
+	wcmd("expireat", -3, "generic", "1.2.0", "Sets the expiration time of a key to a Unix timestamp in seconds (NX, XX, GT, LT).", cmdExpire, keyArg("key"), intArg("unix-time-seconds"), expireCond),
+	wcmd("pexpireat", -3, "generic", "2.6.0", "Sets the expiration time of a key to a Unix timestamp in milliseconds (NX, XX, GT, LT).", cmdExpire, keyArg("key"), intArg("unix-time-milliseconds"), expireCond),
+	wcmd("persist", 2, "generic", "2.2.0", "Removes the expiration time of a key.", cmdPersist, keyArg("key")),
+	keyPos(wcmd("rename", 3, "generic", "1.0.0", "Renames a key, overwriting the destination.", cmdRename, keyArg("key"), keyArg("newkey")), 2, 1),
+	keyPos(wcmd("renamenx", 3, "generic", "1.0.0", "Renames a key only when the destination does not exist.", cmdRename, keyArg("key"), keyArg("newkey")), 2, 1),
+	keyPos(wcmd("copy", -3, "generic", "6.2.0", "Copies the value of a key (and its expiry) to a new key.", cmdCopy, keyArg("source"), keyArg("destination"),
+		optional(tokenArg("DB", intArg("destination-db"))), optional(token("REPLACE"))), 2, 1),
+	wcmd("move", 3, "generic", "1.0.0", "Moves a key to another database.", cmdMove, keyArg("key"), intArg("db")),
+	{name: "randomkey", arity: 1, flags: []string{"readonly"}, acl: []string{"keyspace", "read", "slow"}, group: "generic", since: "1.0.0",
+		summary: "Returns a random key name from the database (lists the keys).", complexity: "O(N) in kvarray: the keys are listed.", run: cmdRandomKey},
+	{name: "object", arity: -2, flags: []string{"readonly"}, acl: []string{"keyspace", "read", "slow"}, group: "generic", since: "2.2.3",
+		summary: "OBJECT ENCODING, REFCOUNT, IDLETIME, FREQ, HELP.", complexity: "O(1)",
+		args: []arg{strArg("subcommand"), optional(multiple(strArg("arg")))}, run: cmdObject},
+	{name: "memory", arity: -2, flags: []string{"readonly"}, acl: []string{"read", "slow"}, group: "server", since: "4.0.0",
+		summary: "MEMORY USAGE key: the value's bytes plus the key's and the mapping's overhead; MEMORY HELP.", complexity: "O(1)",
+		args: []arg{strArg("subcommand"), optional(multiple(strArg("arg")))}, run: cmdMemory},
+	// Keyspace listing (each call lists the database's keys) and databases.
 	{name: "scan", arity: -2, flags: []string{"readonly"}, acl: []string{"keyspace", "read", "slow"}, group: "generic", since: "2.8.0",
 		summary:    "Iterates over the keys. The cursor is a position in hash order; each call lists all keys.",
 		complexity: "O(N log N) per call in kvarray, N the number of keys.",
@@ -131,17 +175,54 @@ var commands = []*command{
 		summary: "Returns the keys that match a pattern, in byte order.", complexity: "O(N) with N being the number of keys.",
 		args: []arg{{name: "pattern", typ: "pattern"}}, run: cmdKeys},
 	{name: "dbsize", arity: 1, flags: []string{"readonly"}, acl: []string{"keyspace", "read", "slow"}, group: "server", since: "1.0.0",
-		summary: "Returns the number of keys.", complexity: "O(N) in kvarray: the keys are listed.", run: cmdDBSize},
+		summary: "Returns the number of keys in the database.", complexity: "O(N) in kvarray: the keys are listed.", run: cmdDBSize},
+	{name: "flushdb", arity: -1, flags: []string{"write"}, acl: []string{"keyspace", "write", "slow", "dangerous"}, group: "server", since: "1.0.0",
+		summary: "Deletes every key of the database (ASYNC and SYNC both delete before replying).", complexity: "O(N) where N is the number of keys in the selected database",
+		args: []arg{optional(oneof("flush-type", token("ASYNC"), token("SYNC")))}, run: cmdFlushDB},
+	{name: "flushall", arity: -1, flags: []string{"write"}, acl: []string{"keyspace", "write", "slow", "dangerous"}, group: "server", since: "1.0.0",
+		summary: "Deletes every key of every database (ASYNC and SYNC both delete before replying).", complexity: "O(N) where N is the total number of keys in all databases",
+		args: []arg{optional(oneof("flush-type", token("ASYNC"), token("SYNC")))}, run: cmdFlushAll},
+	{name: "swapdb", arity: 3, flags: []string{"write", "fast"}, acl: []string{"keyspace", "write", "fast", "dangerous"}, group: "server", since: "4.0.0",
+		summary: "Swaps two databases (one write of the database map; not allowed inside MULTI).", complexity: "O(1)",
+		args: []arg{intArg("index1"), intArg("index2")}, run: cmdSwapDB, noTx: true, exclusive: true},
+
+	// Transactions.
+	{name: "multi", arity: 1, flags: []string{"noscript", "loading", "stale", "fast", "allow_busy"}, acl: []string{"fast", "transaction"},
+		group: "transactions", since: "1.2.0", summary: "Starts a transaction.", complexity: "O(1)", run: cmdMulti},
+	{name: "exec", arity: 1, flags: []string{"noscript", "loading", "stale", "skip_slowlog"}, acl: []string{"slow", "transaction"},
+		group: "transactions", since: "1.2.0", summary: "Executes all commands in a transaction, atomically and all-or-nothing across a crash.",
+		complexity: "Depends on commands in the transaction", run: cmdExec, exclusive: true},
+	{name: "discard", arity: 1, flags: []string{"noscript", "loading", "stale", "fast", "allow_busy"}, acl: []string{"fast", "transaction"},
+		group: "transactions", since: "2.0.0", summary: "Discards a transaction.", complexity: "O(N), when N is the number of queued commands", run: cmdDiscard},
+	keyPos(&command{name: "watch", arity: -2, flags: []string{"noscript", "loading", "stale", "fast", "allow_busy"}, acl: []string{"fast", "transaction"},
+		group: "transactions", since: "2.2.0", summary: "Monitors changes to keys to determine the execution of a transaction.",
+		complexity: "O(1) for every key.", args: []arg{multiple(keyArg("key"))}, run: cmdWatch}, -1, 1),
+	{name: "unwatch", arity: 1, flags: []string{"noscript", "loading", "stale", "fast", "allow_busy"}, acl: []string{"fast", "transaction"},
+		group: "transactions", since: "2.2.0", summary: "Forgets about watched keys of a transaction.", complexity: "O(1)", run: cmdUnwatch},
 
 	// Server.
+	{name: "function", arity: -2, flags: []string{"noscript"}, acl: []string{"slow", "scripting"}, group: "scripting", since: "7.0.0",
+		summary: "FUNCTION FLUSH and LIST (kvarray has no scripting: there are no functions).", complexity: "O(1)",
+		args: []arg{strArg("subcommand"), optional(multiple(strArg("arg")))}, run: cmdFunction},
+	{name: "save", arity: 1, flags: []string{"admin", "noscript", "no_async_loading", "no_multi"}, acl: []string{"admin", "slow", "dangerous"}, group: "server", since: "1.0.0",
+		summary: "OK: every acknowledged write is already durable on the devices.", complexity: "O(1)", run: cmdSave, noTx: true},
+	{name: "lastsave", arity: 1, flags: []string{"loading", "stale", "fast"}, acl: []string{"admin", "fast", "dangerous"}, group: "server", since: "1.0.0",
+		summary: "The server's start time: writes are durable as they are made.", complexity: "O(1)", run: cmdLastSave},
+	{name: "shutdown", arity: -1, flags: []string{"admin", "noscript", "loading", "stale", "no_multi", "allow_busy"}, acl: []string{"admin", "slow", "dangerous"}, group: "server", since: "1.0.0",
+		summary: "Refused: stop kvarray serve with SIGTERM.", complexity: "O(1)", run: cmdShutdown, noTx: true},
+	{name: "time", arity: 1, flags: []string{"loading", "stale", "fast"}, acl: []string{"fast"}, group: "server", since: "2.6.0",
+		summary: "Returns the server time.", complexity: "O(1)", run: cmdTime},
+	{name: "wait", arity: 3, acl: []string{"slow", "connection"}, group: "generic", since: "3.0.0",
+		summary: "Waits for replicas: there are none (the array's redundancy is synchronous), so 0 at once.", complexity: "O(1)",
+		args: []arg{intArg("numreplicas"), intArg("timeout")}, run: cmdWait},
 	{name: "info", arity: -1, flags: []string{"loading", "stale"}, acl: []string{"slow", "dangerous"}, group: "server", since: "1.0.0",
-		summary:    "Returns information and statistics: sections server, clients, stats, commandstats, keyspace, kvarray.",
-		complexity: "O(N): keyspace and kvarray read every key.", args: []arg{optional(multiple(strArg("section")))}, run: cmdInfo},
+		summary:    "Returns information and statistics: server, clients, memory, persistence, stats, replication, cpu, cluster, keyspace, commandstats, kvarray.",
+		complexity: "O(N): keyspace lists the keys; kvarray (not in the default sections) reads every value's header.", args: []arg{optional(multiple(strArg("section")))}, run: cmdInfo},
 	{name: "command", arity: -1, flags: []string{"loading", "stale"}, acl: []string{"slow", "connection"}, group: "server", since: "2.8.13",
 		summary:    "Returns detailed information about commands: COMMAND, COMMAND COUNT, COMMAND INFO, COMMAND DOCS, COMMAND LIST.",
 		complexity: "O(N) where N is the total number of commands", run: cmdCommand},
 	{name: "config", arity: -2, acl: []string{"slow"}, group: "server", since: "2.0.0",
-		summary: "CONFIG GET reports a few settings so that tools can start; CONFIG SET is not supported.", complexity: "Depends on subcommand.",
+		summary: "CONFIG GET reports the parameters kvarray has; CONFIG SET changes those it can at run time; CONFIG RESETSTAT.", complexity: "Depends on subcommand.",
 		args: []arg{strArg("subcommand"), optional(multiple(strArg("arg")))}, run: cmdConfig},
 
 	// Admin: the array's own commands.
@@ -168,20 +249,47 @@ var commands = []*command{
 		args:       []arg{intArg("dev"), optional(tokenArg("WORKERS", intArg("n")))}, run: cmdRebuild},
 }
 
+// expireCond is EXPIRE's NX | XX | GT | LT.
+var expireCond = optional(oneof("condition", token("NX"), token("XX"), token("GT"), token("LT")))
+
+// rcmd is a row for a read command on one key (the first argument).
+func rcmd(name string, arity int, group, since, summary string, run func(*call), args ...arg) *command {
+	return &command{name: name, arity: arity, flags: []string{"readonly", "fast"}, first: 1, last: 1, step: 1,
+		acl: []string{"read", group, "fast"}, group: group, since: since, summary: summary, complexity: "O(1) array calls", args: args, run: run}
+}
+
+// wcmd is a row for a write command on one key (the first argument).
+func wcmd(name string, arity int, group, since, summary string, run func(*call), args ...arg) *command {
+	return &command{name: name, arity: arity, flags: []string{"write", "denyoom"}, first: 1, last: 1, step: 1,
+		acl: []string{"write", group, "slow"}, group: group, since: since, summary: summary, complexity: "O(1) array calls", args: args, run: run}
+}
+
+// keyPos sets where a row's keys are (COMMAND INFO).
+func keyPos(c *command, last, step int) *command {
+	c.last, c.step = last, step
+	return c
+}
+
 // call is one command being run.
 type call struct {
 	s    *Server
 	rc   redcon.Conn
+	w    *respWriter
 	cl   *conn
 	args [][]byte
 	ctx  context.Context
 	e    *entry
+	// tx is the transaction EXEC is running this command in, if any.
+	tx *txn
+	// using is KVARRAY.SET's mechanism, kept for the transaction's
+	// intent record.
+	using string
 }
 
 // error replies with an error; msg starts with its code (ERR, NOPROTO…).
 func (c *call) error(msg string) {
 	c.s.stats.errors.Add(1)
-	c.rc.WriteError(msg)
+	c.w.WriteError(msg)
 }
 
 // fail replies with the error for err.
@@ -195,7 +303,7 @@ func (c *call) arityError(name string) {
 	c.error(fmt.Sprintf("ERR wrong number of arguments for '%s' command", name))
 }
 
-func (c *call) ok() { c.rc.WriteString("OK") }
+func (c *call) ok() { c.w.WriteString("OK") }
 
 // serveRESP is redcon's handler: it looks the command up and runs it.
 func (s *Server) serveRESP(rc redcon.Conn, cmd redcon.Command) {
@@ -205,7 +313,15 @@ func (s *Server) serveRESP(rc redcon.Conn, cmd redcon.Command) {
 	}
 	s.stats.commands.Add(1)
 	cl.last.Store(time.Now().UnixNano())
-	c := &call{s: s, rc: rc, cl: cl, args: cmd.Args, ctx: s.ctx}
+	w := &respWriter{rc: rc, proto: cl.proto}
+	switch cl.replyMode {
+	case replyOff:
+		w.rc = nil // collected and dropped
+	case replySkip:
+		w.rc = nil
+		cl.replyMode = replyOn
+	}
+	c := &call{s: s, rc: rc, cl: cl, args: cmd.Args, ctx: s.ctx, w: w}
 	for _, a := range cmd.Args {
 		if n, ok := oversized(&s.nonce, a); ok {
 			c.error(fmt.Sprintf("ERR value too large: an argument of %d bytes, over the server's limit of %d bytes per argument (the array's largest value is %d bytes)",
@@ -214,6 +330,9 @@ func (s *Server) serveRESP(rc redcon.Conn, cmd redcon.Command) {
 		}
 	}
 	e := s.lookup(cmd.Args[0])
+	if c.queue(e) {
+		return
+	}
 	if e == nil {
 		c.unknownCommand()
 		return
@@ -229,6 +348,15 @@ func (s *Server) serveRESP(rc redcon.Conn, cmd redcon.Command) {
 	}
 	defer s.observe(e.name, time.Now())
 	e.calls.Add(1)
+	// Admin commands work on the array, not on keys, and may run long
+	// (rebuild): they do not hold EXEC up.
+	s.waitPause(e)
+	if !e.admin() && !e.exclusive {
+		s.txmu.RLock()
+		defer s.txmu.RUnlock()
+	}
+	start := time.Now()
+	defer func() { e.usec.Add(time.Since(start).Microseconds()) }()
 	defer func() {
 		if r := recover(); r != nil {
 			// A bug: the reply may be half written, so the connection

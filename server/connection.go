@@ -15,35 +15,36 @@ const redisVersion = "7.0.0"
 func cmdPing(c *call) {
 	switch len(c.args) {
 	case 1:
-		c.rc.WriteString("PONG")
+		c.w.WriteString("PONG")
 	case 2:
-		c.rc.WriteBulk(c.args[1])
+		c.w.WriteBulk(c.args[1])
 	default:
 		c.arityError("ping")
 	}
 }
 
-func cmdEcho(c *call) { c.rc.WriteBulk(c.args[1]) }
+func cmdEcho(c *call) { c.w.WriteBulk(c.args[1]) }
 
-// cmdHello: HELLO [protover [AUTH username password] [SETNAME name]]. The
-// server speaks RESP2 only: HELLO 3 gets NOPROTO, which clients (go-redis)
-// take as "use RESP2"; HELLO and HELLO 2 reply with the connection's
-// properties as a flat array, as Redis does in RESP2.
+// cmdHello: HELLO [protover [AUTH username password] [SETNAME name]].
+// HELLO 3 switches the connection to RESP3, HELLO 2 back to RESP2; the
+// reply is the connection's properties, a map (a flat array in RESP2).
+// AUTH is checked by the AUTH command's own handler, so that HELLO and
+// AUTH always agree; nothing changes unless every argument is valid.
 func cmdHello(c *call) {
-	next := 1
+	next, proto := 1, c.cl.proto
 	if len(c.args) >= 2 {
 		v, err := strconv.ParseInt(string(c.args[1]), 10, 64)
 		if err != nil {
 			c.error("ERR Protocol version is not an integer or out of range")
 			return
 		}
-		if v != 2 {
+		if v != 2 && v != 3 {
 			c.error("NOPROTO unsupported protocol version")
 			return
 		}
-		next = 2
+		next, proto = 2, int(v)
 	}
-	var user, name []byte
+	var user, pass, name []byte
 	setName := false
 	for j := next; j < len(c.args); j++ {
 		more := len(c.args) - 1 - j
@@ -53,7 +54,7 @@ func cmdHello(c *call) {
 				c.error(fmt.Sprintf("ERR Syntax error in HELLO option '%s'", truncate(c.args[j], 128)))
 				return
 			}
-			user = c.args[j+1]
+			user, pass = c.args[j+1], c.args[j+2]
 			j += 2
 		case "SETNAME":
 			if more < 1 {
@@ -67,34 +68,42 @@ func cmdHello(c *call) {
 			return
 		}
 	}
-	if user != nil && string(user) != "default" {
-		c.error("WRONGPASS invalid username-password pair or user is disabled.")
+	if setName && !validName(name) {
+		c.error("ERR Client names cannot contain spaces, newlines or special characters.")
 		return
 	}
-	if setName {
-		if !validName(name) {
-			c.error("ERR Client names cannot contain spaces, newlines or special characters.")
+	if user != nil {
+		// Run AUTH user pass into a scratch reply: an error is HELLO's.
+		scratch := &respWriter{proto: c.w.proto}
+		auth := *c
+		auth.args, auth.w = [][]byte{[]byte("auth"), user, pass}, scratch
+		cmdAuth(&auth)
+		if len(scratch.b) > 0 && scratch.b[0] == '-' {
+			c.w.raw(scratch.b)
 			return
 		}
+	}
+	if setName {
 		c.cl.mu.Lock()
 		c.cl.name = string(name)
 		c.cl.mu.Unlock()
 	}
-	c.rc.WriteArray(14)
-	c.rc.WriteBulkString("server")
-	c.rc.WriteBulkString("redis")
-	c.rc.WriteBulkString("version")
-	c.rc.WriteBulkString(redisVersion)
-	c.rc.WriteBulkString("proto")
-	c.rc.WriteInt(2)
-	c.rc.WriteBulkString("id")
-	c.rc.WriteInt64(c.cl.id)
-	c.rc.WriteBulkString("mode")
-	c.rc.WriteBulkString("standalone")
-	c.rc.WriteBulkString("role")
-	c.rc.WriteBulkString("master")
-	c.rc.WriteBulkString("modules")
-	c.rc.WriteArray(0)
+	c.cl.proto, c.w.proto = proto, proto
+	c.w.WriteMap(7)
+	c.w.WriteBulkString("server")
+	c.w.WriteBulkString("redis")
+	c.w.WriteBulkString("version")
+	c.w.WriteBulkString(redisVersion)
+	c.w.WriteBulkString("proto")
+	c.w.WriteInt(proto)
+	c.w.WriteBulkString("id")
+	c.w.WriteInt64(c.cl.id)
+	c.w.WriteBulkString("mode")
+	c.w.WriteBulkString("standalone")
+	c.w.WriteBulkString("role")
+	c.w.WriteBulkString("master")
+	c.w.WriteBulkString("modules")
+	c.w.WriteArray(0)
 }
 
 // cmdAuth: AUTH [username] password (auth.go).
@@ -117,7 +126,11 @@ var clientHelp = []string{
 	"SETNAME <name>", "    Assign the name <name> to the current connection.",
 	"SETINFO <LIB-NAME|LIB-VER> <value>", "    Set client library name and version (reported by CLIENT INFO and LIST).",
 	"INFO", "    Return information about the current client connection.",
-	"LIST", "    Return information about client connections.",
+	"LIST [TYPE NORMAL] [ID <id> ...]", "    Return information about client connections.",
+	"KILL <ip:port> | [ID <id>] [ADDR <ip:port>] [LADDR <ip:port>] [TYPE NORMAL] [SKIPME YES|NO]", "    Kill connections.",
+	"PAUSE <timeout> [WRITE|ALL]", "    Suspend clients' commands (all, or writes) for <timeout> milliseconds.",
+	"UNPAUSE", "    Stop the current client pause, resuming traffic.",
+	"REPLY (ON|OFF|SKIP)", "    Control the replies sent to the current connection.",
 	"NO-EVICT (ON|OFF)", "    Accepted; kvarray evicts nothing.",
 	"NO-TOUCH (ON|OFF)", "    Accepted; kvarray keeps no access times.",
 	"HELP", "    Print this help.",
@@ -138,7 +151,7 @@ func cmdClient(c *call) {
 	switch sub {
 	case "id":
 		if want(2) {
-			c.rc.WriteInt64(c.cl.id)
+			c.w.WriteInt64(c.cl.id)
 		}
 	case "getname":
 		if want(2) {
@@ -146,9 +159,9 @@ func cmdClient(c *call) {
 			name := c.cl.name
 			c.cl.mu.Unlock()
 			if name == "" {
-				c.rc.WriteNull()
+				c.w.WriteNull()
 			} else {
-				c.rc.WriteBulkString(name)
+				c.w.WriteBulkString(name)
 			}
 		}
 	case "setname":
@@ -186,10 +199,11 @@ func cmdClient(c *call) {
 		c.ok()
 	case "info":
 		if want(2) {
-			c.rc.WriteBulkString(c.cl.info(time.Now()))
+			c.w.WriteVerbatim(c.cl.info(time.Now()))
 		}
 	case "list":
-		if !want(2) {
+		ids, ok := c.clientListFilter()
+		if !ok {
 			return
 		}
 		c.s.mu.Lock()
@@ -199,9 +213,36 @@ func cmdClient(c *call) {
 		var b strings.Builder
 		now := time.Now()
 		for _, cl := range conns {
-			b.WriteString(cl.info(now))
+			if ids == nil || ids[cl.id] {
+				b.WriteString(cl.info(now))
+			}
 		}
-		c.rc.WriteBulkString(b.String())
+		c.w.WriteVerbatim(b.String())
+	case "kill":
+		c.clientKill()
+	case "pause":
+		c.clientPause()
+	case "unpause":
+		if want(2) {
+			c.s.pause.Store(nil)
+			c.ok()
+		}
+	case "reply":
+		if !want(3) {
+			return
+		}
+		switch upper(c.args[2]) {
+		case "ON":
+			c.cl.replyMode = replyOn
+			c.w.rc = c.rc
+			c.ok()
+		case "OFF":
+			c.cl.replyMode = replyOff
+		case "SKIP":
+			c.cl.replyMode = replySkip
+		default:
+			c.syntaxError()
+		}
 	case "no-evict", "no-touch":
 		if !want(3) {
 			return
@@ -213,9 +254,9 @@ func cmdClient(c *call) {
 			c.syntaxError()
 		}
 	case "help":
-		c.rc.WriteArray(len(clientHelp))
+		c.w.WriteArray(len(clientHelp))
 		for _, l := range clientHelp {
-			c.rc.WriteString(l)
+			c.w.WriteString(l)
 		}
 	default:
 		c.unknownSubcommand("client")
@@ -232,20 +273,8 @@ func (cl *conn) info(now time.Time) string {
 		cmd = *p
 	}
 	idle := now.Sub(time.Unix(0, cl.last.Load()))
-	return fmt.Sprintf("id=%d addr=%s laddr=%s name=%s age=%d idle=%d db=0 cmd=%s lib-name=%s lib-ver=%s\n",
-		cl.id, cl.addr, cl.laddr, name, int(now.Sub(cl.created).Seconds()), int(idle.Seconds()), cmd, libName, lib)
-}
-
-func cmdSelect(c *call) {
-	n, err := strconv.ParseInt(string(c.args[1]), 10, 64)
-	switch {
-	case err != nil:
-		c.error("ERR value is not an integer or out of range")
-	case n != 0:
-		c.error("ERR DB index is out of range")
-	default:
-		c.ok()
-	}
+	return fmt.Sprintf("id=%d addr=%s laddr=%s name=%s age=%d idle=%d db=%d cmd=%s lib-name=%s lib-ver=%s\n",
+		cl.id, cl.addr, cl.laddr, name, int(now.Sub(cl.created).Seconds()), int(idle.Seconds()), cl.dbShown.Load(), cmd, libName, lib)
 }
 
 // cmdQuit replies OK and closes the connection: commands pipelined after
@@ -257,57 +286,12 @@ func cmdQuit(c *call) {
 	c.rc.Close()
 }
 
-// cmdConfig: CONFIG GET answers the parameters tools ask for at start
-// (redis-benchmark asks for save and appendonly); nothing can be set.
-func cmdConfig(c *call) {
-	sub := strings.ToLower(string(truncate(c.args[1], 32)))
-	switch sub {
-	case "get":
-		if len(c.args) < 3 {
-			c.arityError("config|get")
-			return
-		}
-		params := [][2]string{
-			{"appendonly", "no"},
-			{"databases", "1"},
-			{"maxclients", strconv.Itoa(c.s.o.maxClients)},
-			{"proto-max-bulk-len", strconv.FormatInt(c.s.o.maxBulk, 10)},
-			{"client-query-buffer-limit", strconv.FormatInt(c.s.o.maxRequest, 10)},
-			{"save", ""},
-			{"timeout", "0"},
-		}
-		var out [][2]string
-		for _, p := range params {
-			for _, pat := range c.args[2:] {
-				if globMatch([]byte(strings.ToLower(string(pat))), []byte(p[0])) {
-					out = append(out, p)
-					break
-				}
-			}
-		}
-		c.rc.WriteArray(2 * len(out))
-		for _, p := range out {
-			c.rc.WriteBulkString(p[0])
-			c.rc.WriteBulkString(p[1])
-		}
-	case "set", "resetstat", "rewrite":
-		c.error(fmt.Sprintf("ERR CONFIG %s is not supported by kvarray", strings.ToUpper(sub)))
-	case "help":
-		help := []string{"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-			"GET <pattern>", "    Return parameters matching the glob-like <pattern> and their values.",
-			"HELP", "    Print this help."}
-		c.lines(help)
-	default:
-		c.unknownSubcommand("config")
-	}
-}
-
 // cmdCommand: COMMAND, COMMAND COUNT, COMMAND LIST, COMMAND INFO [name…],
-// COMMAND DOCS [name…], in Redis 7's RESP2 shapes.
+// COMMAND DOCS [name…], in Redis 7's shapes (sets and maps in RESP3).
 func cmdCommand(c *call) {
 	if len(c.args) == 1 {
 		names := c.s.commandNames()
-		c.rc.WriteArray(len(names))
+		c.w.WriteArray(len(names))
 		for _, n := range names {
 			c.s.writeInfo(c, c.s.cmds[n].command)
 		}
@@ -320,7 +304,7 @@ func cmdCommand(c *call) {
 			c.arityError("command|count")
 			return
 		}
-		c.rc.WriteInt(len(c.s.cmds))
+		c.w.WriteInt(len(c.s.cmds))
 	case "list":
 		// FILTERBY is not supported; the list is short.
 		if len(c.args) != 2 {
@@ -328,18 +312,18 @@ func cmdCommand(c *call) {
 			return
 		}
 		names := c.s.commandNames()
-		c.rc.WriteArray(len(names))
+		c.w.WriteArray(len(names))
 		for _, n := range names {
-			c.rc.WriteBulkString(n)
+			c.w.WriteBulkString(n)
 		}
 	case "info":
 		names := c.requested()
-		c.rc.WriteArray(len(names))
+		c.w.WriteArray(len(names))
 		for _, n := range names {
 			if e := c.s.lookup([]byte(n)); e != nil {
 				c.s.writeInfo(c, e.command)
 			} else {
-				c.rc.WriteNull()
+				c.w.WriteNull()
 			}
 		}
 	case "docs":
@@ -350,9 +334,9 @@ func cmdCommand(c *call) {
 				found = append(found, e.command)
 			}
 		}
-		c.rc.WriteArray(2 * len(found))
+		c.w.WriteMap(len(found))
 		for _, cmd := range found {
-			c.rc.WriteBulkString(cmd.name)
+			c.w.WriteBulkString(cmd.name)
 			writeDocs(c, cmd)
 		}
 	case "help":
@@ -394,45 +378,45 @@ func (s *Server) commandNames() []string {
 // flags, first key, last key, step, ACL categories, tips, key specs,
 // subcommands).
 func (s *Server) writeInfo(c *call, cmd *command) {
-	c.rc.WriteArray(10)
-	c.rc.WriteBulkString(cmd.name)
-	c.rc.WriteInt(cmd.arity)
-	c.rc.WriteArray(len(cmd.flags))
+	c.w.WriteArray(10)
+	c.w.WriteBulkString(cmd.name)
+	c.w.WriteInt(cmd.arity)
+	c.w.WriteSet(len(cmd.flags))
 	for _, f := range cmd.flags {
-		c.rc.WriteString(f)
+		c.w.WriteString(f)
 	}
-	c.rc.WriteInt(cmd.first)
-	c.rc.WriteInt(cmd.last)
-	c.rc.WriteInt(cmd.step)
-	c.rc.WriteArray(len(cmd.acl))
+	c.w.WriteInt(cmd.first)
+	c.w.WriteInt(cmd.last)
+	c.w.WriteInt(cmd.step)
+	c.w.WriteSet(len(cmd.acl))
 	for _, a := range cmd.acl {
-		c.rc.WriteString("@" + a)
+		c.w.WriteString("@" + a)
 	}
-	c.rc.WriteArray(0)
-	c.rc.WriteArray(0)
-	c.rc.WriteArray(0)
+	c.w.WriteSet(0) // tips
+	c.w.WriteSet(0) // key specs
+	c.w.WriteSet(0) // subcommands
 }
 
-// writeDocs writes a command's COMMAND DOCS map (flattened for RESP2):
+// writeDocs writes a command's COMMAND DOCS map (flattened in RESP2):
 // summary, since, group, complexity, arguments.
 func writeDocs(c *call, cmd *command) {
-	n := 8
+	n := 4
 	if len(cmd.args) > 0 {
-		n += 2
+		n++
 	}
-	c.rc.WriteArray(n)
+	c.w.WriteMap(n)
 	for _, kv := range [][2]string{{"summary", cmd.summary}, {"since", cmd.since}, {"group", cmd.group}, {"complexity", cmd.complexity}} {
-		c.rc.WriteBulkString(kv[0])
-		c.rc.WriteBulkString(kv[1])
+		c.w.WriteBulkString(kv[0])
+		c.w.WriteBulkString(kv[1])
 	}
 	if len(cmd.args) > 0 {
-		c.rc.WriteBulkString("arguments")
+		c.w.WriteBulkString("arguments")
 		writeArgs(c, cmd.args)
 	}
 }
 
 func writeArgs(c *call, args []arg) {
-	c.rc.WriteArray(len(args))
+	c.w.WriteArray(len(args))
 	for _, a := range args {
 		var flags []string
 		if a.optional {
@@ -441,34 +425,34 @@ func writeArgs(c *call, args []arg) {
 		if a.multiple {
 			flags = append(flags, "multiple")
 		}
-		n := 4
+		n := 2
 		if a.token != "" {
-			n += 2
+			n++
 		}
 		if len(flags) > 0 {
-			n += 2
+			n++
 		}
 		if len(a.sub) > 0 {
-			n += 2
+			n++
 		}
-		c.rc.WriteArray(n)
-		c.rc.WriteBulkString("name")
-		c.rc.WriteBulkString(a.name)
-		c.rc.WriteBulkString("type")
-		c.rc.WriteBulkString(a.typ)
+		c.w.WriteMap(n)
+		c.w.WriteBulkString("name")
+		c.w.WriteBulkString(a.name)
+		c.w.WriteBulkString("type")
+		c.w.WriteBulkString(a.typ)
 		if a.token != "" {
-			c.rc.WriteBulkString("token")
-			c.rc.WriteBulkString(a.token)
+			c.w.WriteBulkString("token")
+			c.w.WriteBulkString(a.token)
 		}
 		if len(flags) > 0 {
-			c.rc.WriteBulkString("flags")
-			c.rc.WriteArray(len(flags))
+			c.w.WriteBulkString("flags")
+			c.w.WriteSet(len(flags))
 			for _, f := range flags {
-				c.rc.WriteString(f)
+				c.w.WriteString(f)
 			}
 		}
 		if len(a.sub) > 0 {
-			c.rc.WriteBulkString("arguments")
+			c.w.WriteBulkString("arguments")
 			writeArgs(c, a.sub)
 		}
 	}
@@ -476,8 +460,8 @@ func writeArgs(c *call, args []arg) {
 
 // lines replies with an array of simple strings (a HELP text).
 func (c *call) lines(ls []string) {
-	c.rc.WriteArray(len(ls))
+	c.w.WriteArray(len(ls))
 	for _, l := range ls {
-		c.rc.WriteString(l)
+		c.w.WriteString(l)
 	}
 }

@@ -191,9 +191,10 @@ func encode(args ...string) []byte {
 	return b.Bytes()
 }
 
-// reply is a parsed RESP2 reply.
+// reply is a parsed RESP2 or RESP3 reply (a map's elems are its keys
+// and values in turn).
 type reply struct {
-	kind  byte // + - : $ *
+	kind  byte // + - : $ * and RESP3's % ~ _ , # ( =
 	str   string
 	null  bool
 	elems []reply
@@ -236,14 +237,19 @@ func readReplyDepth(r *bufio.Reader, depth int) (reply, error) {
 		return reply{}, fmt.Errorf("CR or LF inside line %q", line)
 	}
 	switch kind {
-	case '+', '-':
+	case '+', '-', ',', '#', '(':
 		return reply{kind: kind, str: body}, nil
+	case '_':
+		if body != "" {
+			return reply{}, fmt.Errorf("bad null %q", line)
+		}
+		return reply{kind: kind, null: true}, nil
 	case ':':
 		if _, err := strconv.ParseInt(body, 10, 64); err != nil {
 			return reply{}, fmt.Errorf("bad integer %q", line)
 		}
 		return reply{kind: kind, str: body}, nil
-	case '$':
+	case '$', '=':
 		n, err := strconv.Atoi(body)
 		if err != nil || n < -1 {
 			return reply{}, fmt.Errorf("bad bulk length %q", line)
@@ -259,13 +265,16 @@ func readReplyDepth(r *bufio.Reader, depth int) (reply, error) {
 			return reply{}, fmt.Errorf("bulk of %d bytes not followed by CRLF", n)
 		}
 		return reply{kind: kind, str: string(buf[:n])}, nil
-	case '*':
+	case '*', '%', '~':
 		n, err := strconv.Atoi(body)
 		if err != nil || n < -1 {
 			return reply{}, fmt.Errorf("bad array length %q", line)
 		}
 		if n == -1 {
 			return reply{kind: kind, null: true}, nil
+		}
+		if kind == '%' {
+			n *= 2 // a map's elements are its keys and values
 		}
 		rep := reply{kind: kind, elems: make([]reply, 0, min(n, 1024))}
 		for range n {

@@ -7,22 +7,24 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/keyspace"
 )
 
 var (
-	defaultSections = []string{"server", "clients", "stats", "keyspace", "kvarray"}
-	allSections     = []string{"server", "clients", "stats", "commandstats", "keyspace", "kvarray"}
+	defaultSections = []string{"server", "clients", "memory", "persistence", "stats", "replication", "cpu", "cluster", "keyspace"}
+	allSections     = []string{"server", "clients", "memory", "persistence", "stats", "replication", "cpu", "cluster", "keyspace", "commandstats", "kvarray"}
 )
 
-// cmdInfo: INFO [section ...] with sections server, clients, stats,
-// commandstats, keyspace and kvarray (the array: id, mode, devices,
-// mechanisms, storage overhead, the server's array operations). With no
-// section, or "default": all but commandstats; "all" or "everything": all.
-// keyspace and kvarray take a pass over the keys (array.Status reads every
-// value's header).
+// cmdInfo: INFO [section ...]. With no section, or "default": the
+// sections Redis 7 shows by default; "all" or "everything": those, and
+// commandstats and kvarray (the array: devices, mechanisms, storage
+// overhead). No section reads values: keyspace lists the keys once (the
+// array keeps no per-database counts); only kvarray reads every value's
+// header (array.Status), so it is not in the default.
 func cmdInfo(c *call) {
 	want := map[string]bool{}
 	if len(c.args) == 1 {
@@ -44,12 +46,6 @@ func cmdInfo(c *call) {
 			want[s] = true
 		}
 	}
-	var st *array.Status
-	var stErr error
-	if want["keyspace"] || want["kvarray"] {
-		s, err := c.s.a.Status(c.ctx)
-		st, stErr = &s, err
-	}
 	var b strings.Builder
 	for _, sec := range allSections {
 		if !want[sec] {
@@ -65,29 +61,100 @@ func cmdInfo(c *call) {
 			c.s.mu.Lock()
 			n := len(c.s.conns)
 			c.s.mu.Unlock()
-			fmt.Fprintf(&b, "# Clients\r\nconnected_clients:%d\r\nmaxclients:%d\r\n", n, c.s.o.maxClients)
+			fmt.Fprintf(&b, "# Clients\r\nconnected_clients:%d\r\ncluster_connections:0\r\nmaxclients:%d\r\nblocked_clients:0\r\n"+
+				"tracking_clients:0\r\nclients_in_timeout_table:0\r\n", n, c.s.cfg.maxClients.Load())
+		case "memory":
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			fmt.Fprintf(&b, "# Memory\r\nused_memory:%d\r\nused_memory_human:%s\r\nused_memory_rss:%d\r\nused_memory_peak:%d\r\n"+
+				"maxmemory:0\r\nmaxmemory_human:0B\r\nmaxmemory_policy:noeviction\r\nmem_fragmentation_ratio:%.2f\r\nmem_allocator:go\r\n",
+				m.HeapAlloc, humanBytes(m.HeapAlloc), m.Sys, m.HeapSys, float64(m.Sys)/float64(max(m.HeapAlloc, 1)))
+		case "persistence":
+			// The devices are the persistence: every acknowledged write is
+			// on them; there is no RDB or AOF to load or save.
+			fmt.Fprintf(&b, "# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:0\r\nrdb_bgsave_in_progress:0\r\n"+
+				"rdb_last_save_time:%d\r\nrdb_last_bgsave_status:ok\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\n"+
+				"aof_rewrite_scheduled:0\r\naof_last_bgrewrite_status:ok\r\naof_last_write_status:ok\r\n", c.s.started.Unix())
 		case "stats":
 			t := &c.s.stats
-			fmt.Fprintf(&b, "# Stats\r\ntotal_connections_received:%d\r\ntotal_commands_processed:%d\r\nrejected_connections:%d\r\n"+
-				"keyspace_hits:%d\r\nkeyspace_misses:%d\r\ntotal_error_replies:%d\r\n",
-				t.connections.Load(), t.commands.Load(), t.rejected.Load(), t.hits.Load(), t.misses.Load(), t.errors.Load())
+			fmt.Fprintf(&b, "# Stats\r\ntotal_connections_received:%d\r\ntotal_commands_processed:%d\r\ninstantaneous_ops_per_sec:0\r\n"+
+				"rejected_connections:%d\r\nexpired_keys:%d\r\nevicted_keys:0\r\nkeyspace_hits:%d\r\nkeyspace_misses:%d\r\n"+
+				"pubsub_channels:0\r\npubsub_patterns:0\r\ntotal_error_replies:%d\r\n",
+				t.connections.Load(), t.commands.Load(), t.rejected.Load(), t.expired.Load(), t.hits.Load(), t.misses.Load(), t.errors.Load())
+		case "replication":
+			b.WriteString("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_failover_state:no-failover\r\n" +
+				"master_replid:0000000000000000000000000000000000000000\r\nmaster_repl_offset:0\r\nrepl_backlog_active:0\r\n")
+		case "cpu":
+			c.s.infoCPU(&b)
+		case "cluster":
+			b.WriteString("# Cluster\r\ncluster_enabled:0\r\n")
 		case "commandstats":
 			b.WriteString("# Commandstats\r\n")
 			for _, n := range c.s.commandNames() {
-				if calls := c.s.cmds[n].calls.Load(); calls > 0 {
-					fmt.Fprintf(&b, "cmdstat_%s:calls=%d\r\n", n, calls)
+				e := c.s.cmds[n]
+				if calls := e.calls.Load(); calls > 0 {
+					usec := e.usec.Load()
+					fmt.Fprintf(&b, "cmdstat_%s:calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=0,failed_calls=0\r\n",
+						n, calls, usec, float64(usec)/float64(calls))
 				}
 			}
 		case "keyspace":
 			b.WriteString("# Keyspace\r\n")
-			if stErr == nil && st.Objects+st.Unreadable > 0 {
-				fmt.Fprintf(&b, "db0:keys=%d,expires=0,avg_ttl=0\r\n", st.Objects+st.Unreadable)
-			}
+			c.s.infoKeyspace(c, &b)
 		case "kvarray":
-			c.s.infoArray(&b, st, stErr)
+			st, err := c.s.a.Status(c.ctx)
+			c.s.infoArray(&b, &st, err)
 		}
 	}
-	c.rc.WriteBulkString(b.String())
+	if b.Len() > 0 {
+		b.WriteString("\r\n")
+	}
+	c.w.WriteVerbatim(b.String())
+}
+
+// infoKeyspace writes a dbN line for each database with keys: one listing
+// of the array's keys, and one of the expiry index for expires (which may
+// count an index entry that a later write made stale).
+func (s *Server) infoKeyspace(c *call, b *strings.Builder) {
+	counts, err := s.ks.Counts(c.ctx)
+	if err != nil {
+		fmt.Fprintf(b, "keyspace_error:%s\r\n", infoValue(err.Error()))
+		return
+	}
+	expires := make([]int, len(counts))
+	if idx, err := s.a.Keys(c.ctx, keyspace.ExpiryPrefix()); err == nil {
+		for _, k := range idx {
+			if _, db, _, ok := s.ks.ParseIndex(k); ok {
+				expires[db]++
+			}
+		}
+	}
+	for db, n := range counts {
+		if n > 0 {
+			fmt.Fprintf(b, "db%d:keys=%d,expires=%d,avg_ttl=0\r\n", db, n, min(expires[db], n))
+		}
+	}
+}
+
+func humanBytes(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2fG", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.2fM", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.2fK", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+func (s *Server) infoCPU(b *strings.Builder) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	fmt.Fprintf(b, "# CPU\r\nused_cpu_sys:%.6f\r\nused_cpu_user:%.6f\r\n", tv(ru.Stime), tv(ru.Utime))
 }
 
 func (s *Server) infoServer(b *strings.Builder) {
@@ -100,16 +167,17 @@ func (s *Server) infoServer(b *strings.Builder) {
 	}
 	up := time.Since(s.started)
 	fmt.Fprintf(b, "# Server\r\nredis_version:%s\r\nredis_mode:standalone\r\nkvarray_version:%s\r\nos:%s %s\r\narch_bits:%d\r\n"+
-		"go_version:%s\r\nprocess_id:%d\r\ntcp_port:%s\r\nuptime_in_seconds:%d\r\nuptime_in_days:%d\r\n",
-		redisVersion, s.version, runtime.GOOS, runtime.GOARCH, strconv.IntSize, runtime.Version(), os.Getpid(), port,
-		int64(up.Seconds()), int64(up.Hours()/24))
+		"go_version:%s\r\nprocess_id:%d\r\nrun_id:%x\r\ntcp_port:%s\r\nserver_time_usec:%d\r\nuptime_in_seconds:%d\r\nuptime_in_days:%d\r\n"+
+		"hz:%d\r\nexecutable:%s\r\n",
+		redisVersion, s.version, runtime.GOOS, runtime.GOARCH, strconv.IntSize, runtime.Version(), os.Getpid(), s.runID, port,
+		time.Now().UnixMicro(), int64(up.Seconds()), int64(up.Hours()/24), 1000/expiryPeriod.Milliseconds(), infoValue(executable()))
 }
 
 // infoArray writes the kvarray section. Field values are made safe for the
 // "key:value" line format (no CR, LF; commas only in reasons, which get a
 // line of their own).
 func (s *Server) infoArray(b *strings.Builder, st *array.Status, stErr error) {
-	maxKey, maxValue := s.a.Limits()
+	maxKey, maxValue := s.ks.Limits()
 	fmt.Fprintf(b, "# Kvarray\r\narray_id:%s\r\nmode:%s\r\ndefault_mechanism:%s\r\nmechanisms:%s\r\ndevices:%d\r\nmax_key_bytes:%d\r\nmax_value_bytes:%d\r\n",
 		s.a.ID(), s.a.Mode(), s.a.Mechanisms()[0], strings.Join(s.a.Mechanisms(), ","), s.a.N(), maxKey, maxValue)
 	if stErr != nil {
@@ -138,6 +206,11 @@ func (s *Server) infoArray(b *strings.Builder, st *array.Status, stErr error) {
 	t := &s.stats
 	fmt.Fprintf(b, "ops_store:%d\r\nops_retrieve:%d\r\nops_delete:%d\r\nops_exist:%d\r\nops_list_keys:%d\r\n",
 		t.stores.Load(), t.retrieves.Load(), t.deletes.Load(), t.exists.Load(), t.lists.Load())
+}
+
+func executable() string {
+	p, _ := os.Executable()
+	return p
 }
 
 func infoValue(s string) string {

@@ -65,7 +65,10 @@ func cmdScan(c *call) {
 			return
 		}
 	}
-	keys, err := c.s.keys(c.ctx, literalPrefix(pattern))
+	keys, err := c.listKeys(c.cl.db, literalPrefix(pattern))
+	if err == nil {
+		keys, err = c.live(c.cl.db, keys)
+	}
 	if err != nil {
 		c.fail(err)
 		return
@@ -105,18 +108,21 @@ func cmdScan(c *call) {
 			}
 		}
 	}
-	c.rc.WriteArray(2)
-	c.rc.WriteBulkString(strconv.FormatUint(next, 10))
-	c.rc.WriteArray(len(page))
+	c.w.WriteArray(2)
+	c.w.WriteBulkString(strconv.FormatUint(next, 10))
+	c.w.WriteArray(len(page))
 	for _, k := range page {
-		c.rc.WriteBulk(k)
+		c.w.WriteBulk(k)
 	}
 }
 
 // cmdKeys: KEYS pattern, in byte order.
 func cmdKeys(c *call) {
 	pattern := c.args[1]
-	keys, err := c.s.keys(c.ctx, literalPrefix(pattern))
+	keys, err := c.listKeys(c.cl.db, literalPrefix(pattern))
+	if err == nil {
+		keys, err = c.live(c.cl.db, keys)
+	}
 	if err != nil {
 		c.fail(err)
 		return
@@ -127,19 +133,21 @@ func cmdKeys(c *call) {
 			matched = append(matched, k)
 		}
 	}
-	c.rc.WriteArray(len(matched))
+	c.w.WriteArray(len(matched))
 	for _, k := range matched {
-		c.rc.WriteBulk(k)
+		c.w.WriteBulk(k)
 	}
 }
 
+// cmdDBSize lists the database's keys (the array keeps no count); keys
+// that expired and are not yet reclaimed count, as in Redis.
 func cmdDBSize(c *call) {
-	keys, err := c.s.keys(c.ctx, nil)
+	keys, err := c.listKeys(c.cl.db, nil)
 	if err != nil {
 		c.fail(err)
 		return
 	}
-	c.rc.WriteInt(len(keys))
+	c.w.WriteInt(len(keys))
 }
 
 // literalPrefix is the part of a glob pattern before its first special

@@ -1,35 +1,49 @@
-// Package server serves one kvarray array over the Redis protocol (RESP2),
-// so that redis-cli, redis-benchmark and Redis client libraries can use it.
-// It is built on github.com/tidwall/redcon, which reads pipelined commands
-// in batches and flushes their replies together.
+// Package server serves one kvarray array over the Redis protocol, RESP2
+// and RESP3 (HELLO 3), so that redis-cli, redis-benchmark and Redis client
+// libraries on their default settings can use it. It is built on
+// github.com/tidwall/redcon, which reads pipelined commands in batches and
+// flushes their replies together.
 //
 // Every command has one handler in a table (commands.go) with its arity,
 // flags and documentation, which COMMAND, COMMAND INFO and COMMAND DOCS
 // report. Errors use Redis's own strings where Redis has one ("ERR wrong
 // number of arguments for 'get' command", "ERR syntax error"); array errors
-// are "ERR <kind>: <detail>" (see errorReply).
+// are "ERR <kind>: <detail>" (see errorReply). Replies go through one
+// writer (reply.go) that knows RESP2 from RESP3.
 //
-// Semantics, where kvarray differs from Redis:
-//   - Keys are 1 to Limits() bytes (252 with default device limits); the
-//     empty key and longer keys are errors, not absent keys.
+// Data: Redis databases, keys, values and expiry map onto the array's
+// keys and values through package keyspace (the CLI's data commands use
+// it too). All reads and writes of Redis data go through data.go, which
+// applies databases, lazy expiry, WATCH and the transaction overlay in one
+// place.
+//
+// Invariants and semantics, where kvarray differs from Redis or has to
+// choose:
+//   - Keys are 1 to keyspace's limit (241 bytes with default device
+//     limits: the array's 252 less the expiry index's 11); the empty key
+//     and longer keys are errors, not absent keys.
 //   - A connection runs its commands one after the other, in order, like
-//     Redis; different connections run concurrently. Commands on one key
-//     are serialised by the array.
-//   - SET NX / XX check and store under a per-key lock that every write of
-//     this server takes (SET, SETNX, MSET, DEL, KVARRAY.SET): they are atomic
-//     among the clients of this server, not against another process
-//     writing to the same devices.
-//   - MSET and DEL of several keys lock their keys, then run their
-//     stores/deletes concurrently: other writers through this server wait,
-//     but a reader can see some keys written and others not yet, and a
-//     failure part way leaves the keys that were written.
-//   - There is no expiry: SET's EX/PX/EXAT/PXAT/KEEPTTL are refused, TTL
-//     is -1 for every key.
+//     Redis; different connections run concurrently. Every write holds
+//     the per-key locks of its keys (in byte order, so multi-key commands
+//     cannot deadlock): read-modify-write commands (SET NX/XX/GET, INCR,
+//     APPEND, SETRANGE, SETBIT, EXPIRE…) are atomic per key among the
+//     clients of this server, not against another process writing to the
+//     same devices.
+//   - Transactions (tx.go): every data command holds the transaction lock
+//     shared, EXEC exclusively, so nothing interleaves with a transaction
+//     and no client sees half of one; EXEC's writes are stored as one
+//     intent record first, so that a crash leaves all of them or none.
+//   - Outside MULTI, MSET and DEL of several keys run their stores/deletes
+//     concurrently: a reader can see some keys written and others not
+//     yet, and a failure part way leaves the keys that were written.
+//   - Expiry (expire.go) is stored with the value and survives restarts,
+//     rebuilds and mechanism changes; an expired key is never returned.
 //   - SCAN's cursor is a position in the order of a 64-bit hash of the
 //     keys (a decimal number, as clients expect): a key present for the
 //     whole scan is returned exactly once, whatever is added or removed
-//     meanwhile. Each call lists the array's keys (a pass over every
-//     device) and sorts them; so do KEYS, DBSIZE and INFO keyspace.
+//     meanwhile. Each call lists the database's keys (a pass over every
+//     device) and sorts them; so do KEYS, DBSIZE, RANDOMKEY, FLUSHDB and
+//     INFO keyspace. No command but INFO kvarray reads every value.
 //
 // Access control (auth.go), as Redis 7: with a password for the default
 // user (WithAuth), a connection runs nothing but AUTH, HELLO and QUIT
@@ -54,6 +68,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -68,6 +83,7 @@ import (
 	"github.com/kvarray/kvarray/array"
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/internal/keylock"
+	"github.com/kvarray/kvarray/keyspace"
 )
 
 // ErrServerClosed is returned by Serve and ListenAndServe after Shutdown.
@@ -97,6 +113,11 @@ type options struct {
 	errorLog   *log.Logger
 	auth       *authConfig // auth.go
 	hooks      hooks       // observe.go
+	databases  int
+	// afterIntent, for tests, runs after a transaction's intent record
+	// is stored and before its writes: an error stops the commit there,
+	// as a crash would.
+	afterIntent func() error
 }
 
 // Option configures New.
@@ -130,17 +151,33 @@ func WithMaxRequest(n int64) Option { return func(o *options) { o.maxRequest = n
 // the log package's standard logger.
 func WithErrorLog(l *log.Logger) Option { return func(o *options) { o.errorLog = l } }
 
-// Server serves one array over RESP2. Create it with New.
+// WithDatabases sets how many databases (SELECT 0..n-1) there are:
+// default 16, at most 255.
+func WithDatabases(n int) Option { return func(o *options) { o.databases = n } }
+
+// Server serves one array over RESP2 and RESP3. Create it with New.
 type Server struct {
 	a        *array.Array
 	o        options
-	maxKey   int
 	maxValue int64
 	nonce    [nonceLen]byte
+	runID    [20]byte // INFO's run_id
 	cmds     map[string]*entry
 	locks    *keylock.Table
 	started  time.Time
 	version  string
+
+	// ks is the Redis keyspace over the array; set by start.
+	ks        *keyspace.Store
+	startOnce sync.Once
+	startErr  error
+	// txmu is the transaction lock: shared by every data command,
+	// exclusive for EXEC (tx.go).
+	txmu  sync.RWMutex
+	watch watches
+	pause atomic.Pointer[pause]
+	exp   expiry
+	cfg   runtimeConfig
 
 	// ctx is the context of every array operation; cancelled when
 	// Shutdown gives up waiting.
@@ -161,7 +198,7 @@ type Server struct {
 
 type stats struct {
 	connections, rejected, commands, errors atomic.Int64
-	hits, misses                            atomic.Int64
+	hits, misses, expired                   atomic.Int64
 	// array operations the server made
 	stores, retrieves, deletes, exists, lists atomic.Int64
 }
@@ -171,7 +208,7 @@ type stats struct {
 // devices).
 func New(a *array.Array, opts ...Option) *Server {
 	maxKey, maxValue := a.Limits()
-	o := options{maxClients: DefaultMaxClients, maxBulk: min(maxValue, DefaultMaxBulk), maxRequest: DefaultMaxRequest}
+	o := options{maxClients: DefaultMaxClients, maxBulk: min(maxValue, DefaultMaxBulk), maxRequest: DefaultMaxRequest, databases: keyspace.DefaultDatabases}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -186,8 +223,7 @@ func New(a *array.Array, opts ...Option) *Server {
 	s := &Server{
 		a:         a,
 		o:         o,
-		maxKey:    maxKey,
-		maxValue:  maxValue,
+		maxValue:  maxValue - keyspace.ValueOverhead,
 		locks:     keylock.New(),
 		started:   time.Now(),
 		version:   moduleVersion(),
@@ -198,7 +234,9 @@ func New(a *array.Array, opts ...Option) *Server {
 	if _, err := rand.Read(s.nonce[:]); err != nil {
 		panic("server: no randomness: " + err.Error())
 	}
+	rand.Read(s.runID[:])
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.cfg.init(o)
 	s.cmds = make(map[string]*entry, len(commands))
 	for _, c := range commands {
 		s.cmds[c.name] = &entry{command: c}
@@ -234,6 +272,10 @@ func (s *Server) ListenAndServe(addr string) error {
 // returns ErrServerClosed; it returns another error if l fails. Serve may
 // be called for several listeners. It closes l on return.
 func (s *Server) Serve(l net.Listener) error {
+	if err := s.start(); err != nil {
+		l.Close()
+		return err
+	}
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()
@@ -255,6 +297,25 @@ func (s *Server) Serve(l net.Listener) error {
 		err = gl.err
 	}
 	return err
+}
+
+// start opens the keyspace, completes the transactions a crash
+// interrupted and starts the expiry cycle, once, before any command runs.
+func (s *Server) start() error {
+	s.startOnce.Do(func() {
+		ks, err := keyspace.Open(s.ctx, s.a, s.o.databases)
+		if err != nil {
+			s.startErr = fmt.Errorf("server: %w", err)
+			return
+		}
+		s.ks = ks
+		if err := s.replayIntents(); err != nil {
+			s.startErr = fmt.Errorf("server: %w", err)
+			return
+		}
+		s.startExpiry()
+	})
+	return s.startErr
 }
 
 // Addrs returns the addresses the server listens on.
@@ -286,6 +347,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.closeDrained()
 	}
 	s.mu.Unlock()
+	s.stopExpiry()
 	for _, c := range conns {
 		c.drain()
 	}
@@ -363,7 +425,7 @@ func (s *Server) track(nc net.Conn) *conn {
 		nc.Close()
 		return nil
 	}
-	if len(s.conns) >= s.o.maxClients {
+	if int64(len(s.conns)) >= s.cfg.maxClients.Load() {
 		s.mu.Unlock()
 		s.stats.rejected.Add(1)
 		nc.SetWriteDeadline(time.Now().Add(time.Second))
@@ -379,6 +441,7 @@ func (s *Server) track(nc net.Conn) *conn {
 		addr:    nc.RemoteAddr().String(),
 		laddr:   nc.LocalAddr().String(),
 		created: now,
+		proto:   2,
 	}
 	c.last.Store(now.UnixNano())
 	c.g = guard{maxBulk: s.o.maxBulk, maxQuery: s.o.maxRequest, maxArgs: DefaultMaxArgs, nonce: s.nonce}
@@ -419,18 +482,30 @@ type conn struct {
 	perr    error  // protocol error to report once pending is delivered
 	readErr error
 
-	id           int64
-	addr, laddr  string
-	created      time.Time
-	last         atomic.Int64 // UnixNano of the last command
-	lastCmd      atomic.Pointer[string]
-	quit         bool
-	draining     atomic.Bool
-	closeOnce    sync.Once
+	id          int64
+	addr, laddr string
+	created     time.Time
+	last        atomic.Int64 // UnixNano of the last command
+	lastCmd     atomic.Pointer[string]
+	quit        bool
+	draining    atomic.Bool
+	closeOnce   sync.Once
+	// The client's protocol (2 or 3), database and transaction state.
+	proto    int
+	db       int
+	multi    bool
+	txFailed bool
+	queued   [][][]byte
+	watching map[watchKey]int64 // expire-at when watched
+	dirty    atomic.Bool        // a watched key was written
+	// replyMode is CLIENT REPLY's.
+	replyMode int
+
 	mu           sync.Mutex // guards the fields below
 	name         string
 	libName, lib string
 	user         atomic.Pointer[user] // as authenticated (auth.go)
+	dbShown      atomic.Int64 // db, for CLIENT LIST from other goroutines
 }
 
 // Read passes the client's bytes through the guard. Once the server is
@@ -494,6 +569,7 @@ func (c *conn) Close() error {
 			err = c.Conn.Close()
 		}
 		if c.s != nil {
+			c.s.unwatch(c)
 			c.s.untrack(c)
 		}
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/keyspace"
 )
 
 func randomBytes(seed uint64, n int) []byte {
@@ -103,20 +104,25 @@ func TestGoRedis(t *testing.T) {
 	if n, err := rdb.Do(ctx, "setnx", "setnx-new", "4").Int(); err != nil || n != 1 {
 		t.Errorf("SETNX new = %d, %v", n, err)
 	}
-	// Expiry is refused, clearly, and nothing is written.
-	for _, opt := range [][]any{{"ex", 10}, {"px", 10}, {"exat", 10}, {"pxat", 10}, {"keepttl"}} {
-		err := rdb.Do(ctx, append([]any{"set", "ttl", "v"}, opt...)...).Err()
-		if err == nil || !strings.Contains(err.Error(), "not supported by kvarray") {
-			t.Errorf("SET %v: %v", opt, err)
-		}
-	}
-	if err := rdb.Set(ctx, "ttl", "v", time.Minute).Err(); err == nil || !strings.Contains(err.Error(), "SET EX is not supported by kvarray") {
+	// Expiry options and GET (more in TestExpiry).
+	if err := rdb.Set(ctx, "ttl", "v", time.Minute).Err(); err != nil {
 		t.Errorf("go-redis Set with expiration: %v", err)
 	}
-	if err := rdb.SetArgs(ctx, "ttl", "v", redis.SetArgs{Get: true}).Err(); err == nil || !strings.Contains(err.Error(), "SET GET is not supported") {
-		t.Errorf("SET GET: %v", err)
+	if d, err := rdb.TTL(ctx, "ttl").Result(); err != nil || d <= 0 || d > time.Minute {
+		t.Errorf("TTL after SET EX 60 = %v, %v", d, err)
 	}
-	if n, _ := rdb.Exists(ctx, "ttl").Result(); n != 0 {
+	if old, err := rdb.SetArgs(ctx, "ttl", "w", redis.SetArgs{Get: true, KeepTTL: true}).Result(); err != nil || old != "v" {
+		t.Errorf("SET GET KEEPTTL = %q, %v", old, err)
+	}
+	if d, _ := rdb.TTL(ctx, "ttl").Result(); d <= 0 {
+		t.Errorf("KEEPTTL lost the TTL: %v", d)
+	}
+	for _, bad := range [][]any{{"ex", 0}, {"px", -1}, {"ex", "x"}, {"ex", 1, "px", 1}, {"nx", "xx"}} {
+		if err := rdb.Do(ctx, append([]any{"set", "ttl-bad", "v"}, bad...)...).Err(); err == nil {
+			t.Errorf("SET %v accepted", bad)
+		}
+	}
+	if n, _ := rdb.Exists(ctx, "ttl-bad").Result(); n != 0 {
 		t.Error("a refused SET wrote the key")
 	}
 
@@ -171,9 +177,9 @@ func TestGoRedis(t *testing.T) {
 	if s, err := rdb.ClientInfo(ctx).Result(); err != nil || s.ID != id || s.Name != "tester" {
 		t.Errorf("CLIENT INFO = %+v, %v", s, err)
 	}
-	db1 := ts.client(func(o *redis.Options) { o.DB = 1 })
-	if err := db1.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "DB index is out of range") {
-		t.Errorf("a client of db 1: %v", err)
+	db16 := ts.client(func(o *redis.Options) { o.DB = 16 })
+	if err := db16.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "DB index is out of range") {
+		t.Errorf("a client of db 16: %v", err)
 	}
 	if err := rdb.Do(ctx, "select", "0").Err(); err != nil {
 		t.Errorf("SELECT 0: %v", err)
@@ -191,7 +197,9 @@ func TestGoRedis(t *testing.T) {
 	if n, err := rdb.Do(ctx, "command", "count").Int(); err != nil || n != len(infos) {
 		t.Errorf("COMMAND COUNT = %d, %v; COMMAND lists %d", n, err, len(infos))
 	}
-	if docs, err := rdb.Do(ctx, "command", "docs", "set").Slice(); err != nil || len(docs) != 2 || docs[0] != "set" {
+	// A map in RESP3 (go-redis's default), as Redis 7's.
+	docs, err := rdb.Do(ctx, "command", "docs", "set").Result()
+	if m, _ := docs.(map[any]any); err != nil || len(m) != 1 || m["set"] == nil {
 		t.Errorf("COMMAND DOCS set: %v, %v", docs, err)
 	}
 
@@ -200,10 +208,20 @@ func TestGoRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"# Server", "redis_version:", "# Keyspace", "db0:keys=", "# Kvarray", "array_id:" + ts.a.ID().String(),
-		"mode:hybrid", "device5:name=mem:d5,state=healthy", "mechanism_splitting:objects=", "storage_overhead:", "ops_store:", "connected_clients:"} {
+	for _, want := range []string{"# Server", "redis_version:", "# Keyspace", "db0:keys=", "connected_clients:", "blocked_clients:0",
+		"used_memory:", "loading:0", "cluster_enabled:0", "role:master", "# Persistence", "# Memory"} {
 		if !strings.Contains(info, want) {
 			t.Errorf("INFO lacks %q:\n%s", want, info)
+		}
+	}
+	info, err = rdb.Info(ctx, "kvarray").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"# Kvarray", "array_id:" + ts.a.ID().String(),
+		"mode:hybrid", "device5:name=mem:d5,state=healthy", "mechanism_splitting:objects=", "storage_overhead:", "ops_store:"} {
+		if !strings.Contains(info, want) {
+			t.Errorf("INFO kvarray lacks %q:\n%s", want, info)
 		}
 	}
 	if info, _ := rdb.Info(ctx, "commandstats").Result(); !strings.Contains(info, "cmdstat_get:calls=") || strings.Contains(info, "# Server") {
@@ -301,6 +319,7 @@ func TestKVArrayCommands(t *testing.T) {
 	c := &call{s: bare, args: [][]byte{[]byte("kvarray.fail"), []byte("0")}, ctx: context.Background()}
 	shim := newShim(nil)
 	c.rc = shim
+	c.w = &respWriter{rc: shim, proto: 2}
 	cmdFail(c)
 	if r := shim.replies(t); len(r) != 1 || !strings.Contains(r[0].str, "not given the array's devices") {
 		t.Errorf("KVARRAY.FAIL without devices: %v", r)
@@ -376,9 +395,13 @@ func TestBadKeys(t *testing.T) {
 	if r := c.do("PING"); r.str != "PONG" {
 		t.Errorf("PING after bad keys: %v", r)
 	}
-	key := strings.Repeat("k", 252)
-	if r := c.do("SET", key, "v"); r.str != "OK" {
-		t.Errorf("SET of a 252-byte key: %v", r)
+	// The keyspace's expiry index takes 11 of the array's 252 bytes.
+	key := strings.Repeat("k", 241)
+	if r := c.do("SET", key, "v", "EX", "100"); r.str != "OK" {
+		t.Errorf("SET of a 241-byte key: %v", r)
+	}
+	if r := c.do("SET", key+"k", "v"); !r.isError() || !strings.Contains(r.str, "maximum 241") {
+		t.Errorf("SET of a 242-byte key: %v", r)
 	}
 }
 
@@ -404,10 +427,9 @@ func TestErrorStrings(t *testing.T) {
 			t.Errorf("%.60q:\nkvarray %v\nredis   %v", args, got, want)
 		}
 	}
-	// Where kvarray differs on purpose: one database, RESP2 only.
+	// Where kvarray differs on purpose.
 	for _, tc := range []struct{ args, want string }{
-		{"SELECT 1", "ERR DB index is out of range"},
-		{"HELLO 3", "NOPROTO unsupported protocol version"},
+		{"SWAPDB 1 1 1", "ERR wrong number of arguments for 'swapdb' command"},
 	} {
 		if got := k.do(strings.Fields(tc.args)...); !got.isError() || got.str != tc.want {
 			t.Errorf("%s: %v, want -%s", tc.args, got, tc.want)
@@ -528,6 +550,19 @@ func TestRedisBenchmark(t *testing.T) {
 			t.Fatalf("GET %s: %d bytes, %v", k, len(v), err)
 		}
 	}
+	// Its string and counter tests, with the counter read back.
+	args := []string{"-h", "127.0.0.1", "-p", ts.port(), "-t", "ping,set,get,incr,mset", "-n", "2000", "-P", "16", "-q"}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	out, err := exec.CommandContext(cctx, bin, args...).CombinedOutput()
+	cancel()
+	for _, want := range []string{"PING_INLINE: ", "SET: ", "GET: ", "INCR: ", "MSET (10 keys): "} {
+		if err != nil || bytes.Contains(bytes.ToLower(out), []byte("error")) || !bytes.Contains(out, []byte(want)) {
+			t.Fatalf("redis-benchmark %s: %v, no %q\n%s", strings.Join(args, " "), err, want, out)
+		}
+	}
+	if n, err := rdb.Get(ctx, "counter:__rand_int__").Int(); err != nil || n != 2000 {
+		t.Errorf("after redis-benchmark -t incr -n 2000: counter = %d, %v", n, err)
+	}
 }
 
 // TestMaxValue: a value over the array's largest value gets an error and
@@ -550,7 +585,7 @@ func TestMaxValue(t *testing.T) {
 			}
 		}
 	}
-	if err := rdb.Set(ctx, "fits", randomBytes(1, 32<<10), 0).Err(); err != nil {
+	if err := rdb.Set(ctx, "fits", randomBytes(1, 32<<10-keyspace.ValueOverhead), 0).Err(); err != nil {
 		t.Errorf("a value of the largest size: %v", err)
 	}
 	if n, _ := rdb.Exists(ctx, "big", "a").Result(); n != 0 {
@@ -610,7 +645,8 @@ func TestShutdownWaitsForInFlight(t *testing.T) {
 	// Every SET is stored: the array is still open.
 	for i := range conns {
 		for j := range n {
-			v, err := ts.a.Retrieve(context.Background(), []byte(fmt.Sprintf("k%d-%d", i, j)))
+			b, err := ts.a.Retrieve(context.Background(), keyspace.RawKey(0, []byte(fmt.Sprintf("k%d-%d", i, j))))
+			v, _, _ := keyspace.DecodeValue(b)
 			if err != nil || string(v) != fmt.Sprintf("v%d-%d", i, j) {
 				t.Errorf("k%d-%d after shutdown: %q, %v", i, j, v, err)
 			}

@@ -2,103 +2,106 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"math"
+	"math/bits"
+	"strconv"
 
 	"github.com/kvarray/kvarray/array"
-	"github.com/kvarray/kvarray/internal/keylock"
+	"github.com/kvarray/kvarray/keyspace"
 )
 
-// The array calls the server makes, counted for INFO.
+// Redis 7's error strings for string commands.
+const (
+	errNotInt      = "ERR value is not an integer or out of range"
+	errNotFloat    = "ERR value is not a valid float"
+	errOverflow    = "ERR increment or decrement would overflow"
+	errNaN         = "ERR increment would produce NaN or Infinity"
+	errOffsetRange = "ERR offset is out of range"
+	errBitOffset   = "ERR bit offset is not an integer or out of range"
+	errBitValue    = "ERR bit is not an integer or out of range"
+	errTooBig      = "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
 
-func (s *Server) retrieve(ctx context.Context, key []byte) ([]byte, error) {
-	s.stats.retrieves.Add(1)
-	return s.a.Retrieve(ctx, key)
+	// maxBits is Redis's bit offset limit: 512 MiB of bits.
+	maxBits = 512 << 20 * 8
+)
+
+// update reads key under its write lock, lets fn decide, and stores what
+// fn returns when it says so. fn returns an error reply (nothing stored)
+// as msg. ok is false when update has replied with an error.
+func (c *call) update(key []byte, fn func(cur value, found bool) (next value, store bool, msg string)) (cur value, found, ok bool) {
+	return c.updateRead(key, true, fn)
 }
 
-func (s *Server) exist(ctx context.Context, key []byte) (bool, error) {
-	s.stats.exists.Add(1)
-	return s.a.Exist(ctx, key)
-}
-
-func (s *Server) store(ctx context.Context, key, value []byte, opts ...array.CallOption) error {
-	s.stats.stores.Add(1)
-	s.observeStore(len(value), opts)
-	return s.a.Store(ctx, key, value, opts...)
-}
-
-func (s *Server) keys(ctx context.Context, prefix []byte) ([][]byte, error) {
-	s.stats.lists.Add(1)
-	return s.a.Keys(ctx, prefix)
-}
-
-// lock takes this server's write lock on each of keys, once each and in
-// byte order (so that two multi-key commands cannot deadlock), and returns
-// the function that releases them. Every write of the server holds the
-// locks of its keys, which is what makes SET NX / XX atomic among the
-// server's clients.
-func (s *Server) lock(ctx context.Context, keys ...[]byte) (func(), error) {
-	if len(keys) == 1 {
-		tk, err := s.locks.Lock(ctx, keys[0])
-		if err != nil {
-			return nil, err
-		}
-		return tk.Release, nil
+// updateRead is update; with read false the current value is not read
+// (fn sees it absent): a plain SET, which replaces whatever is there.
+func (c *call) updateRead(key []byte, read bool, fn func(cur value, found bool) (next value, store bool, msg string)) (cur value, found, ok bool) {
+	if !c.checkKeys(key) {
+		return value{}, false, false
 	}
-	sorted := slices.Clone(keys)
-	slices.SortFunc(sorted, bytes.Compare)
-	sorted = slices.CompactFunc(sorted, bytes.Equal)
-	tks := make([]*keylock.Ticket, 0, len(sorted))
-	release := func() {
-		for _, tk := range tks {
-			tk.Release()
+	unlock, err := c.lockKeys(c.cl.db, key)
+	if err != nil {
+		c.fail(err)
+		return value{}, false, false
+	}
+	defer unlock()
+	if read {
+		if cur, found, err = c.get(c.cl.db, key); err != nil {
+			c.fail(err)
+			return value{}, false, false
 		}
 	}
-	for _, k := range sorted {
-		tk, err := s.locks.Lock(ctx, k)
-		if err != nil {
-			release()
-			return nil, err
+	next, store, msg := fn(cur, found)
+	if msg != "" {
+		c.error(msg)
+		return cur, found, false
+	}
+	if store {
+		if err := c.s.checkValue(next.v); err != nil {
+			c.fail(err)
+			return cur, found, false
 		}
-		tks = append(tks, tk)
+		if err := c.put(c.cl.db, key, next.v, next.at, c.callOpts()...); err != nil {
+			c.fail(err)
+			return cur, found, false
+		}
 	}
-	return release, nil
+	return cur, found, true
 }
 
-// checkKey rejects keys the array cannot hold before anything is done,
-// with the array's sentinels (the array checks again, with its exact
-// limits).
-func (s *Server) checkKey(key []byte) error {
-	if len(key) == 0 {
-		return fmt.Errorf("the empty key: keys are 1 to %d bytes: %w", s.maxKey, array.ErrKeyTooShort)
+// callOpts are the array options of KVARRAY.SET.
+func (c *call) callOpts() []array.CallOption {
+	if c.using == "" {
+		return nil
 	}
-	if len(key) > s.maxKey {
-		return fmt.Errorf("key %q… of %d bytes, maximum %d: %w", truncate(key, 32), len(key), s.maxKey, array.ErrKeyTooLong)
-	}
-	return nil
+	return []array.CallOption{array.Using(c.using)}
 }
 
-func (s *Server) checkValue(v []byte) error {
-	if int64(len(v)) > s.maxValue {
-		return fmt.Errorf("value of %d bytes, maximum %d: %w", len(v), s.maxValue, array.ErrValueTooLarge)
+func (c *call) bulkOrNull(v value, found bool) {
+	if found {
+		c.w.WriteBulk(v.v)
+	} else {
+		c.w.WriteNull()
 	}
-	return nil
+}
+
+func (c *call) hit(found bool) {
+	if found {
+		c.s.stats.hits.Add(1)
+	} else {
+		c.s.stats.misses.Add(1)
+	}
 }
 
 func cmdGet(c *call) {
-	v, err := c.s.retrieve(c.ctx, c.args[1])
-	switch {
-	case err == nil:
-		c.s.stats.hits.Add(1)
-		c.rc.WriteBulk(v)
-	case errors.Is(err, array.ErrNotFound):
-		c.s.stats.misses.Add(1)
-		c.rc.WriteNull()
-	default:
+	v, found, err := c.get(c.cl.db, c.args[1])
+	if err != nil {
 		c.fail(err)
+		return
 	}
+	c.hit(found)
+	c.bulkOrNull(v, found)
 }
 
 // SET conditions.
@@ -108,10 +111,51 @@ const (
 	ifPresent
 )
 
-// cmdSet: SET key value [NX | XX] [GET] [EX s | PX ms | EXAT t | PXAT t | KEEPTTL],
-// parsed as Redis 7 does; then expiry and GET are refused.
+// expiryOpt is a parsed EX/PX/EXAT/PXAT/KEEPTTL/PERSIST option.
+type expiryOpt struct {
+	kind string // "" none
+	at   int64  // absolute Unix ms for EX..PXAT
+}
+
+// parseExpiry parses the number after EX/PX/EXAT/PXAT into an absolute
+// expire-at, with Redis's error for cmd.
+func parseExpiry(kind string, arg []byte, cmd string) (int64, string) {
+	n, err := strconv.ParseInt(string(arg), 10, 64)
+	if err != nil {
+		return 0, errNotInt
+	}
+	invalid := fmt.Sprintf("ERR invalid expire time in '%s' command", cmd)
+	if n <= 0 {
+		return 0, invalid
+	}
+	now := keyspace.NowMs()
+	var at int64
+	switch kind {
+	case "EX":
+		if n > (math.MaxInt64-now)/1000 {
+			return 0, invalid
+		}
+		at = now + n*1000
+	case "PX":
+		if n > math.MaxInt64-now {
+			return 0, invalid
+		}
+		at = now + n
+	case "EXAT":
+		if n > math.MaxInt64/1000 {
+			return 0, invalid
+		}
+		at = n * 1000
+	case "PXAT":
+		at = n
+	}
+	return at, ""
+}
+
+// cmdSet: SET key value [NX | XX] [GET] [EX s | PX ms | EXAT t | PXAT t | KEEPTTL].
 func cmdSet(c *call) {
-	cond, get, expiry := always, false, ""
+	cond, get := always, false
+	var exp expiryOpt
 	for i := 3; i < len(c.args); i++ {
 		switch opt := upper(c.args[i]); opt {
 		case "NX", "XX":
@@ -127,264 +171,683 @@ func cmdSet(c *call) {
 		case "GET":
 			get = true
 		case "KEEPTTL", "EX", "PX", "EXAT", "PXAT":
-			if expiry != "" && expiry != opt {
+			if exp.kind != "" {
 				c.syntaxError()
 				return
 			}
+			exp.kind = opt
 			if opt != "KEEPTTL" {
 				if i+1 >= len(c.args) {
 					c.syntaxError()
 					return
 				}
 				i++
+				at, msg := parseExpiry(opt, c.args[i], "set")
+				if msg != "" {
+					c.error(msg)
+					return
+				}
+				exp.at = at
 			}
-			expiry = opt
 		default:
 			c.syntaxError()
 			return
 		}
 	}
+	stored := false
+	read := cond != always || get || exp.kind == "KEEPTTL"
+	cur, found, ok := c.updateRead(c.args[1], read, func(cur value, found bool) (value, bool, string) {
+		if cond == ifAbsent && found || cond == ifPresent && !found {
+			return value{}, false, ""
+		}
+		at := exp.at
+		if exp.kind == "KEEPTTL" && found {
+			at = cur.at
+		}
+		stored = true
+		return value{c.args[2], at}, true, ""
+	})
 	switch {
-	case expiry != "":
-		c.error(fmt.Sprintf("ERR SET %s is not supported by kvarray: values never expire", expiry))
-		return
+	case !ok:
 	case get:
-		c.error("ERR SET GET is not supported by kvarray")
-		return
-	}
-	switch stored, ok := c.set(c.args[1], c.args[2], cond); {
+		c.bulkOrNull(cur, found)
 	case stored:
 		c.ok()
-	case ok:
-		c.rc.WriteNull()
+	default:
+		c.w.WriteNull()
 	}
-}
-
-// set stores value under key if cond holds, under the key's write lock,
-// and reports whether it stored; on an error it has replied with it, and
-// returns ok false.
-func (c *call) set(key, value []byte, cond int, opts ...array.CallOption) (stored, ok bool) {
-	if err := c.s.checkValue(value); err != nil {
-		c.fail(err)
-		return false, false
-	}
-	if err := c.s.checkKey(key); err != nil {
-		c.fail(err)
-		return false, false
-	}
-	unlock, err := c.s.lock(c.ctx, key)
-	if err != nil {
-		c.fail(err)
-		return false, false
-	}
-	defer unlock()
-	if cond != always {
-		exists, err := c.s.exist(c.ctx, key)
-		if err != nil {
-			c.fail(err)
-			return false, false
-		}
-		if exists != (cond == ifPresent) {
-			return false, true
-		}
-	}
-	if err := c.s.store(c.ctx, key, value, opts...); err != nil {
-		c.fail(err)
-		return false, false
-	}
-	return true, true
 }
 
 // cmdSetNX: SETNX key value, 1 if it stored, 0 if the key exists.
 func cmdSetNX(c *call) {
-	if stored, ok := c.set(c.args[1], c.args[2], ifAbsent); ok {
-		c.rc.WriteInt(map[bool]int{false: 0, true: 1}[stored])
+	stored := false
+	if _, _, ok := c.update(c.args[1], func(_ value, found bool) (value, bool, string) {
+		stored = !found
+		return value{c.args[2], 0}, !found, ""
+	}); ok {
+		c.w.WriteInt(b2i(stored))
 	}
 }
 
-// cmdMset locks every key, then submits all the stores at once (the array
-// runs them concurrently) and waits for them.
-func cmdMset(c *call) {
-	if len(c.args)%2 != 1 {
-		c.arityError("mset")
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// cmdSetEx serves SETEX key seconds value and PSETEX key ms value.
+func cmdSetEx(c *call) {
+	kind := "EX"
+	if c.e.name == "psetex" {
+		kind = "PX"
+	}
+	at, msg := parseExpiry(kind, c.args[2], c.e.name)
+	if msg != "" {
+		c.error(msg)
 		return
 	}
-	keys := make([][]byte, 0, len(c.args)/2)
-	for i := 1; i < len(c.args); i += 2 {
-		if err := c.s.checkKey(c.args[i]); err != nil {
-			c.fail(err)
-			return
-		}
-		if err := c.s.checkValue(c.args[i+1]); err != nil {
-			c.fail(err)
-			return
-		}
-		keys = append(keys, c.args[i])
+	if _, _, ok := c.updateRead(c.args[1], false, func(value, bool) (value, bool, string) {
+		return value{c.args[3], at}, true, ""
+	}); ok {
+		c.ok()
 	}
-	unlock, err := c.s.lock(c.ctx, keys...)
+}
+
+// cmdGetEx: GETEX key [EX s | PX ms | EXAT t | PXAT t | PERSIST].
+func cmdGetEx(c *call) {
+	var exp expiryOpt
+	for i := 2; i < len(c.args); i++ {
+		opt := upper(c.args[i])
+		switch opt {
+		case "PERSIST":
+		case "EX", "PX", "EXAT", "PXAT":
+			if i+1 >= len(c.args) {
+				c.syntaxError()
+				return
+			}
+			i++
+			at, msg := parseExpiry(opt, c.args[i], "getex")
+			if msg != "" {
+				c.error(msg)
+				return
+			}
+			exp.at = at
+		default:
+			c.syntaxError()
+			return
+		}
+		if exp.kind != "" {
+			c.syntaxError()
+			return
+		}
+		exp.kind = opt
+	}
+	cur, found, ok := c.update(c.args[1], func(cur value, found bool) (value, bool, string) {
+		if !found || exp.kind == "" || exp.kind == "PERSIST" && cur.at == 0 {
+			return cur, false, ""
+		}
+		return value{cur.v, exp.at}, true, ""
+	})
+	if ok {
+		c.hit(found)
+		c.bulkOrNull(cur, found)
+	}
+}
+
+func cmdGetSet(c *call) {
+	if cur, found, ok := c.update(c.args[1], func(value, bool) (value, bool, string) {
+		return value{c.args[2], 0}, true, ""
+	}); ok {
+		c.bulkOrNull(cur, found)
+	}
+}
+
+func cmdGetDel(c *call) {
+	if !c.checkKeys(c.args[1]) {
+		return
+	}
+	unlock, err := c.lockKeys(c.cl.db, c.args[1])
 	if err != nil {
 		c.fail(err)
 		return
 	}
 	defer unlock()
-	fs := make([]*array.Future, len(keys))
-	for i := range keys {
-		c.s.stats.stores.Add(1)
-		c.s.observeStore(len(c.args[2+2*i]), nil)
-		fs[i] = c.s.a.StoreAsync(c.ctx, c.args[1+2*i], c.args[2+2*i])
+	cur, found, err := c.get(c.cl.db, c.args[1])
+	if err == nil && found {
+		_, err = c.remove(c.cl.db, c.args[1])
 	}
-	var first error
-	failed := 0
-	for _, f := range fs {
-		if err := f.Err(); err != nil {
-			failed++
-			if first == nil {
-				first = err
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	c.bulkOrNull(cur, found)
+}
+
+// cmdMset serves MSET and MSETNX: it locks every key, then stores them
+// concurrently. Outside a transaction a reader may see some keys written
+// and not others, and a failure part way leaves the keys that were
+// written; inside MULTI/EXEC it is all-or-nothing like the rest.
+func cmdMset(c *call) {
+	if len(c.args)%2 != 1 {
+		c.arityError(c.e.name)
+		return
+	}
+	n := len(c.args) / 2
+	keys := make([][]byte, n)
+	for i := range n {
+		keys[i] = c.args[1+2*i]
+		if err := c.s.checkValue(c.args[2+2*i]); err != nil {
+			c.fail(err)
+			return
+		}
+	}
+	if !c.checkKeys(keys...) {
+		return
+	}
+	unlock, err := c.lockKeys(c.cl.db, keys...)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	defer unlock()
+	if c.e.name == "msetnx" {
+		for _, k := range keys {
+			_, found, err := c.get(c.cl.db, k)
+			if err != nil {
+				c.fail(err)
+				return
+			}
+			if found {
+				c.w.WriteInt(0)
+				return
 			}
 		}
 	}
-	if first != nil {
-		c.error(fmt.Sprintf("%s (%d of %d keys not written)", errorReply(first), failed, len(fs)))
+	// A key given twice gets its last value, as in Redis.
+	last := map[string]int{}
+	for i, k := range keys {
+		last[string(k)] = i
+	}
+	var idx []int
+	for i, k := range keys {
+		if last[string(k)] == i {
+			idx = append(idx, i)
+		}
+	}
+	errs := forEach(len(idx), func(j int) error {
+		i := idx[j]
+		return c.put(c.cl.db, keys[i], c.args[2+2*i], 0)
+	})
+	if failed, first := firstError(errs); first != nil {
+		c.error(fmt.Sprintf("%s (%d of %d keys not written)", errorReply(first), failed, len(idx)))
+		return
+	}
+	if c.e.name == "msetnx" {
+		c.w.WriteInt(1)
 		return
 	}
 	c.ok()
 }
 
-// cmdMget submits every retrieve at once and replies in order; a missing
+// cmdMget reads every key concurrently and replies in order; a missing
 // key is nil, any other error fails the whole command (so that a lost
 // value never passes for a missing one).
 func cmdMget(c *call) {
 	keys := c.args[1:]
-	fs := make([]*array.Future, len(keys))
-	for i, k := range keys {
-		c.s.stats.retrieves.Add(1)
-		fs[i] = c.s.a.RetrieveAsync(c.ctx, k)
-	}
-	vals := make([][]byte, len(keys))
-	var first error
-	for i, f := range fs {
-		v, err := f.Wait()
-		switch {
-		case err == nil:
-			c.s.stats.hits.Add(1)
-			if v == nil {
-				v = []byte{}
-			}
-			vals[i] = v
-		case errors.Is(err, array.ErrNotFound):
-			c.s.stats.misses.Add(1)
-		case first == nil:
-			first = err
-		}
-	}
-	if first != nil {
+	vals := make([]value, len(keys))
+	founds := make([]bool, len(keys))
+	errs := forEach(len(keys), func(i int) error {
+		var err error
+		vals[i], founds[i], err = c.get(c.cl.db, keys[i])
+		return err
+	})
+	if _, first := firstError(errs); first != nil {
 		c.fail(first)
 		return
 	}
-	c.rc.WriteArray(len(vals))
-	for _, v := range vals {
-		if v == nil {
-			c.rc.WriteNull()
-		} else {
-			c.rc.WriteBulk(v)
-		}
+	c.w.WriteArray(len(keys))
+	for i := range keys {
+		c.hit(founds[i])
+		c.bulkOrNull(vals[i], founds[i])
 	}
 }
 
-// cmdDel locks the keys, deletes them concurrently and counts those that
-// existed.
-func cmdDel(c *call) {
-	keys := slices.Clone(c.args[1:])
-	slices.SortFunc(keys, bytes.Compare)
-	keys = slices.CompactFunc(keys, bytes.Equal)
-	for _, k := range keys {
-		if err := c.s.checkKey(k); err != nil {
-			c.fail(err)
-			return
-		}
-	}
-	unlock, err := c.s.lock(c.ctx, keys...)
+func cmdStrlen(c *call) {
+	v, _, err := c.get(c.cl.db, c.args[1])
 	if err != nil {
 		c.fail(err)
 		return
 	}
-	defer unlock()
-	fs := make([]*array.Future, len(keys))
-	for i, k := range keys {
-		c.s.stats.deletes.Add(1)
-		fs[i] = c.s.a.DeleteAsync(c.ctx, k)
+	c.w.WriteInt(len(v.v))
+}
+
+// cmdAppend rewrites the whole value: the array has no partial write.
+func cmdAppend(c *call) {
+	var n int
+	if _, _, ok := c.update(c.args[1], func(cur value, found bool) (value, bool, string) {
+		if int64(len(cur.v)+len(c.args[2])) > c.s.maxValue {
+			return value{}, false, errTooBig
+		}
+		nv := make([]byte, 0, len(cur.v)+len(c.args[2]))
+		nv = append(append(nv, cur.v...), c.args[2]...)
+		n = len(nv)
+		return value{nv, cur.at}, true, ""
+	}); ok {
+		c.w.WriteInt(n)
 	}
-	deleted, failed := 0, 0
-	var first error
-	for _, f := range fs {
-		switch err := f.Err(); {
-		case err == nil:
-			deleted++
-		case errors.Is(err, array.ErrNotFound):
+}
+
+// cmdGetRange serves GETRANGE and SUBSTR, with Redis's index rules.
+func cmdGetRange(c *call) {
+	start, err1 := strconv.ParseInt(string(c.args[2]), 10, 64)
+	end, err2 := strconv.ParseInt(string(c.args[3]), 10, 64)
+	if err1 != nil || err2 != nil {
+		c.error(errNotInt)
+		return
+	}
+	v, _, err := c.get(c.cl.db, c.args[1])
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	n := int64(len(v.v))
+	if start < 0 && end < 0 && start > end || n == 0 {
+		c.w.WriteBulkString("")
+		return
+	}
+	if start < 0 {
+		start = max(n+start, 0)
+	}
+	if end < 0 {
+		end = max(n+end, 0)
+	}
+	end = min(end, n-1)
+	if start > end || start >= n {
+		c.w.WriteBulkString("")
+		return
+	}
+	c.w.WriteBulk(v.v[start : end+1])
+}
+
+// cmdSetRange rewrites the whole value: the array has no partial write.
+func cmdSetRange(c *call) {
+	off, err := strconv.ParseInt(string(c.args[2]), 10, 64)
+	if err != nil {
+		c.error(errNotInt)
+		return
+	}
+	if off < 0 {
+		c.error(errOffsetRange)
+		return
+	}
+	val := c.args[3]
+	if len(val) > 0 && off > min(c.s.maxValue, 512<<20)-int64(len(val)) {
+		c.error(errTooBig)
+		return
+	}
+	var n int
+	if _, _, ok := c.update(c.args[1], func(cur value, found bool) (value, bool, string) {
+		if len(val) == 0 {
+			n = len(cur.v)
+			return cur, false, ""
+		}
+		nv := cur.v
+		if need := int(off) + len(val); need > len(nv) {
+			nv = append(bytes.Clone(nv), make([]byte, need-len(nv))...)
+		} else {
+			nv = bytes.Clone(nv)
+		}
+		copy(nv[off:], val)
+		n = len(nv)
+		return value{nv, cur.at}, true, ""
+	}); ok {
+		c.w.WriteInt(n)
+	}
+}
+
+// parseCounter is a stored value as a 64-bit integer, as Redis reads it:
+// decimal, no spaces, no leading '+', no leading zeros.
+func parseCounter(v []byte) (int64, bool) {
+	if len(v) == 0 || len(v) > 20 || v[0] == '+' || v[0] == ' ' {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil || strconv.FormatInt(n, 10) != string(v) {
+		return 0, false
+	}
+	return n, true
+}
+
+// cmdIncr serves INCR, DECR, INCRBY and DECRBY, atomically per key (the
+// key's write lock); the key keeps its expiry.
+func cmdIncr(c *call) {
+	by := int64(1)
+	switch c.e.name {
+	case "decr":
+		by = -1
+	case "incrby", "decrby":
+		n, err := strconv.ParseInt(string(c.args[2]), 10, 64)
+		if err != nil {
+			c.error(errNotInt)
+			return
+		}
+		if c.e.name == "decrby" {
+			if n == math.MinInt64 {
+				c.error("ERR decrement would overflow")
+				return
+			}
+			n = -n
+		}
+		by = n
+	}
+	var result int64
+	if _, _, ok := c.update(c.args[1], func(cur value, found bool) (value, bool, string) {
+		n := int64(0)
+		if found {
+			var ok bool
+			if n, ok = parseCounter(cur.v); !ok {
+				return value{}, false, errNotInt
+			}
+		}
+		if by > 0 && n > math.MaxInt64-by || by < 0 && n < math.MinInt64-by {
+			return value{}, false, errOverflow
+		}
+		result = n + by
+		return value{strconv.AppendInt(nil, result, 10), cur.at}, true, ""
+	}); ok {
+		c.w.WriteInt64(result)
+	}
+}
+
+// parseFloat is a value as Redis's strtold accepts it for INCRBYFLOAT:
+// no spaces, not NaN.
+func parseFloat(v []byte) (float64, bool) {
+	if len(v) == 0 || v[0] == ' ' || v[len(v)-1] == ' ' {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(v), 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) || math.IsNaN(f) {
+		return 0, false
+	}
+	return f, true
+}
+
+// cmdIncrByFloat: INCRBYFLOAT key increment, replying with a bulk string
+// as Redis 7 does in both protocols.
+func cmdIncrByFloat(c *call) {
+	by, ok := parseFloat(c.args[2])
+	if !ok {
+		c.error(errNotFloat)
+		return
+	}
+	var out []byte
+	if _, _, ok := c.update(c.args[1], func(cur value, found bool) (value, bool, string) {
+		n := 0.0
+		if found {
+			var ok bool
+			if n, ok = parseFloat(cur.v); !ok {
+				return value{}, false, errNotFloat
+			}
+		}
+		r := n + by
+		if math.IsNaN(r) || math.IsInf(r, 0) {
+			return value{}, false, errNaN
+		}
+		out = []byte(formatFloat(r))
+		return value{out, cur.at}, true, ""
+	}); ok {
+		c.w.WriteBulk(out)
+	}
+}
+
+// cmdSetBit: SETBIT key offset value (bit 0 is the most significant bit
+// of byte 0, as Redis).
+func cmdSetBit(c *call) {
+	off, err := strconv.ParseInt(string(c.args[2]), 10, 64)
+	if err != nil || off < 0 || off >= maxBits || off/8 >= c.s.maxValue {
+		c.error(errBitOffset)
+		return
+	}
+	bit := string(c.args[3])
+	if bit != "0" && bit != "1" {
+		c.error(errBitValue)
+		return
+	}
+	old := 0
+	if _, _, ok := c.update(c.args[1], func(cur value, found bool) (value, bool, string) {
+		i := int(off / 8)
+		nv := bytes.Clone(cur.v)
+		if i >= len(nv) {
+			nv = append(nv, make([]byte, i+1-len(nv))...)
+		}
+		mask := byte(0x80 >> (off % 8))
+		if nv[i]&mask != 0 {
+			old = 1
+		}
+		if bit == "1" {
+			nv[i] |= mask
+		} else {
+			nv[i] &^= mask
+		}
+		return value{nv, cur.at}, true, ""
+	}); ok {
+		c.w.WriteInt(old)
+	}
+}
+
+func cmdGetBit(c *call) {
+	off, err := strconv.ParseInt(string(c.args[2]), 10, 64)
+	if err != nil || off < 0 || off >= maxBits {
+		c.error(errBitOffset)
+		return
+	}
+	v, _, err := c.get(c.cl.db, c.args[1])
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	if i := off / 8; i < int64(len(v.v)) && v.v[i]&(0x80>>(off%8)) != 0 {
+		c.w.WriteInt(1)
+		return
+	}
+	c.w.WriteInt(0)
+}
+
+// cmdBitCount: BITCOUNT key [start end [BYTE | BIT]].
+func cmdBitCount(c *call) {
+	var start, end int64
+	ranged, bitUnit := false, false
+	switch len(c.args) {
+	case 2:
+	case 4, 5:
+		var err1, err2 error
+		start, err1 = strconv.ParseInt(string(c.args[2]), 10, 64)
+		end, err2 = strconv.ParseInt(string(c.args[3]), 10, 64)
+		if err1 != nil || err2 != nil {
+			c.error(errNotInt)
+			return
+		}
+		if len(c.args) == 5 {
+			switch upper(c.args[4]) {
+			case "BYTE":
+			case "BIT":
+				bitUnit = true
+			default:
+				c.syntaxError()
+				return
+			}
+		}
+		ranged = true
+	default:
+		c.syntaxError()
+		return
+	}
+	v, _, err := c.get(c.cl.db, c.args[1])
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	total := int64(len(v.v))
+	if bitUnit {
+		total *= 8
+	}
+	if !ranged {
+		start, end = 0, total-1
+	}
+	if start < 0 {
+		start = max(total+start, 0)
+	}
+	if end < 0 {
+		end = max(total+end, 0)
+	}
+	end = min(end, total-1)
+	if start > end || total == 0 {
+		c.w.WriteInt(0)
+		return
+	}
+	n := 0
+	if bitUnit {
+		for i := start; i <= end; i++ {
+			if v.v[i/8]&(0x80>>(i%8)) != 0 {
+				n++
+			}
+		}
+	} else {
+		for _, b := range v.v[start : end+1] {
+			n += bits.OnesCount8(b)
+		}
+	}
+	c.w.WriteInt(n)
+}
+
+// cmdLCS: LCS key1 key2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN], the
+// longest common subsequence, ported from Redis 7's lcsCommand so that the
+// ranges IDX reports are the same (O(N*M) time and memory, as Redis).
+func cmdLCS(c *call) {
+	getLen, getIdx, withMatchLen := false, false, false
+	minMatchLen := int64(0)
+	for j := 3; j < len(c.args); j++ {
+		switch upper(c.args[j]) {
+		case "IDX":
+			getIdx = true
+		case "LEN":
+			getLen = true
+		case "WITHMATCHLEN":
+			withMatchLen = true
+		case "MINMATCHLEN":
+			if j+1 >= len(c.args) {
+				c.syntaxError()
+				return
+			}
+			n, err := strconv.ParseInt(string(c.args[j+1]), 10, 64)
+			if err != nil {
+				c.error(errNotInt)
+				return
+			}
+			minMatchLen = max(n, 0)
+			j++
 		default:
-			failed++
-			if first == nil {
-				first = err
+			c.syntaxError()
+			return
+		}
+	}
+	if getLen && getIdx {
+		c.error("ERR If you want both the length and indexes, please just use IDX.")
+		return
+	}
+	av, _, err := c.get(c.cl.db, c.args[1])
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	bv, _, err := c.get(c.cl.db, c.args[2])
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	a, b := av.v, bv.v
+	if int64(len(a)+1)*int64(len(b)+1) > 1<<28 {
+		c.error("ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len")
+		return
+	}
+	w := len(b) + 1
+	dp := make([]uint32, (len(a)+1)*w)
+	lcs := func(i, j int) uint32 { return dp[i*w+j] }
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			if a[i-1] == b[j-1] {
+				dp[i*w+j] = dp[(i-1)*w+j-1] + 1
+			} else {
+				dp[i*w+j] = max(dp[(i-1)*w+j], dp[i*w+j-1])
 			}
 		}
 	}
-	if first != nil {
-		c.error(fmt.Sprintf("%s (%d of %d keys deleted, %d failed)", errorReply(first), deleted, len(keys), failed))
+	total := lcs(len(a), len(b))
+	if getLen {
+		c.w.WriteInt(int(total))
 		return
 	}
-	c.rc.WriteInt(deleted)
-}
-
-// cmdExists counts the arguments that exist (a key given twice counts
-// twice, as in Redis).
-func cmdExists(c *call) {
-	n := 0
-	for _, k := range c.args[1:] {
-		ok, err := c.s.exist(c.ctx, k)
-		if err != nil {
-			c.fail(err)
-			return
+	alen := len(a)
+	result := make([]byte, total)
+	idx := int(total)
+	aStart, aEnd, bStart, bEnd := alen, 0, 0, 0
+	type match struct{ a0, a1, b0, b1, n int }
+	var matches []match
+	for i, j := len(a), len(b); i > 0 && j > 0; {
+		emit := false
+		if a[i-1] == b[j-1] {
+			result[idx-1] = a[i-1]
+			switch {
+			case aStart == alen:
+				aStart, aEnd, bStart, bEnd = i-1, i-1, j-1, j-1
+			case aStart == i && bStart == j:
+				aStart--
+				bStart--
+			default:
+				emit = true
+			}
+			if aStart == 0 || bStart == 0 {
+				emit = true
+			}
+			idx, i, j = idx-1, i-1, j-1
+		} else {
+			if lcs(i-1, j) > lcs(i, j-1) {
+				i--
+			} else {
+				j--
+			}
+			if aStart != alen {
+				emit = true
+			}
 		}
-		if ok {
-			n++
+		if emit {
+			n := aEnd - aStart + 1
+			if minMatchLen == 0 || int64(n) >= minMatchLen {
+				matches = append(matches, match{aStart, aEnd, bStart, bEnd, n})
+			}
+			aStart = alen
 		}
 	}
-	c.rc.WriteInt(n)
-}
-
-func cmdStrlen(c *call) {
-	v, err := c.s.retrieve(c.ctx, c.args[1])
-	switch {
-	case err == nil:
-		c.rc.WriteInt(len(v))
-	case errors.Is(err, array.ErrNotFound):
-		c.rc.WriteInt(0)
-	default:
-		c.fail(err)
+	if !getIdx {
+		c.w.WriteBulk(result)
+		return
 	}
-}
-
-func cmdType(c *call) {
-	ok, err := c.s.exist(c.ctx, c.args[1])
-	switch {
-	case err != nil:
-		c.fail(err)
-	case ok:
-		c.rc.WriteString("string")
-	default:
-		c.rc.WriteString("none")
+	c.w.WriteMap(2)
+	c.w.WriteBulkString("matches")
+	c.w.WriteArray(len(matches))
+	for _, m := range matches {
+		c.w.WriteArray(2 + b2i(withMatchLen))
+		c.w.WriteArray(2)
+		c.w.WriteInt(m.a0)
+		c.w.WriteInt(m.a1)
+		c.w.WriteArray(2)
+		c.w.WriteInt(m.b0)
+		c.w.WriteInt(m.b1)
+		if withMatchLen {
+			c.w.WriteInt(m.n)
+		}
 	}
-}
-
-// cmdTTL serves TTL and PTTL: no key ever expires.
-func cmdTTL(c *call) {
-	ok, err := c.s.exist(c.ctx, c.args[1])
-	switch {
-	case err != nil:
-		c.fail(err)
-	case ok:
-		c.rc.WriteInt(-1)
-	default:
-		c.rc.WriteInt(-2)
-	}
+	c.w.WriteBulkString("len")
+	c.w.WriteInt(int(total))
 }

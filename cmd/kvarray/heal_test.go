@@ -21,6 +21,7 @@ import (
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/device/pebble"
 	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/keyspace"
 )
 
 // healValues stores values of every hybrid class (replication, packing,
@@ -280,7 +281,7 @@ func TestHealScrub(t *testing.T) {
 	}
 
 	// Garbage under k001's data key on the first device that holds it.
-	user := []byte("k001")
+	user := keyspace.RawKey(0, []byte("k001")) // db 0's k001 in the array
 	internal := format.Key(user, 0, format.KindData)
 	corrupted := -1
 	for i := 0; i < 4 && corrupted < 0; i++ {

@@ -34,7 +34,7 @@ func (c *cli) serveCmd() *cobra.Command {
 		Use:   "serve [--listen ADDR] [--metrics-listen ADDR] [--log-format text|json]",
 		Short: "Serve the array over the Redis protocol (redis-cli, Redis clients)",
 		Long: `serve opens the array of the config file and serves it over the Redis
-protocol (RESP2) on ADDR (default 127.0.0.1:6380), until SIGINT or SIGTERM:
+protocol (RESP2, and RESP3 after HELLO 3) on ADDR (default 127.0.0.1:6380), until SIGINT or SIGTERM:
 then it stops accepting connections, lets each finish the commands it has
 sent, and closes the array (flushing packing queues and closing devices).
 
@@ -57,7 +57,14 @@ loopback without requirepass.
 --metrics-listen (or metrics_listen) serves Prometheus metrics on
 http://ADDR/metrics. Events (devices failed or back, rebuild, resync and
 scrub started, progress, finished) are logged on standard error with
-log/slog, as text or, with --log-format json (or log_format), JSON.`,
+log/slog, as text or, with --log-format json (or log_format), JSON.
+
+Values are Redis strings, in databases 0 to 15, with expiry stored with
+the value; MULTI/EXEC transactions are all-or-nothing, across a crash too.
+The commands and what differs from Redis: docs/compatibility.md (COMMAND
+lists them). The array's own commands: KVARRAY.STATUS, KVARRAY.SET key
+value RM, KVARRAY.SCRUB, KVARRAY.REBUILD DEV, KVARRAY.FAIL DEV and
+KVARRAY.RECOVER DEV (mem devices).`,
 		Args: args(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.logFormat != "" && o.logFormat != "text" && o.logFormat != "json" {
@@ -177,6 +184,9 @@ func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
 		})}
 	if m != nil {
 		opts = append(opts, server.WithCommandObserver(m.ObserveCommand), server.WithStoreObserver(m.ObserveStore))
+	}
+	if cfg.Databases > 0 {
+		opts = append(opts, server.WithDatabases(cfg.Databases))
 	}
 	srv := server.New(a, opts...)
 	served := make(chan error, 3)

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// startServeProcess runs `kvarray --config cfg serve` as a process of its
+// own (TestServeHelperProcess) and returns it and its address.
+func startServeProcess(t *testing.T, cfg string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestServeHelperProcess$")
+	cmd.Env = append(os.Environ(), "KVARRAY_SERVE_HELPER=--config "+cfg+" serve --listen 127.0.0.1:0")
+	out, errOut := &syncBuffer{}, &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if m := listening.FindStringSubmatch(out.String()); m != nil {
+			return cmd, m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no listening line: %s%s", out, errOut)
+		}
+	}
+}
+
+// TestTxKill9: `kvarray serve` on Pebble devices is killed with SIGKILL
+// while clients run transactions. Invariant, after a restart: every
+// transaction is all there or not at all (each sets a0..a9 to its number
+// and increments n, so all ten keys and n are equal), and none that was
+// acknowledged is lost (their number is at most n).
+func TestTxKill9(t *testing.T) {
+	dir := fresh(t, 4)
+	cfg := filepath.Join(dir, "kvarray.yaml")
+	ctx := context.Background()
+	for round := range 3 {
+		cmd, addr := startServeProcess(t, cfg)
+		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		n0, _ := rdb.Get(ctx, "n").Int()
+		acked := make(chan int, 1)
+		go func() {
+			last := n0
+			defer func() { acked <- last }()
+			for i := n0 + 1; i < n0+100000; i++ {
+				_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+					for j := range 10 {
+						p.Set(ctx, fmt.Sprintf("a%d", j), i, 0)
+					}
+					p.Incr(ctx, "n")
+					return nil
+				})
+				if err != nil {
+					return
+				}
+				last = i
+			}
+		}()
+		// Kill at some moment while transactions stream (not a timing
+		// assertion: any moment must do).
+		time.Sleep(time.Duration(200+150*round) * time.Millisecond)
+		cmd.Process.Kill()
+		cmd.Wait()
+		last := <-acked
+		rdb.Close()
+
+		check, addr := startServeProcess(t, cfg)
+		rdb = redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		vals, err := rdb.MGet(ctx, "n", "a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9").Result()
+		rdb.Close()
+		if err != nil {
+			t.Fatalf("round %d: MGET after the restart: %v", round, err)
+		}
+		n, _ := strconv.Atoi(fmt.Sprint(vals[0]))
+		for j, v := range vals[1:] {
+			if fmt.Sprint(v) != fmt.Sprint(vals[0]) {
+				t.Fatalf("round %d: after kill -9, n = %v but a%d = %v: a transaction was applied in part (%v)", round, vals[0], j, v, vals)
+			}
+		}
+		if n < last {
+			t.Fatalf("round %d: transaction %d was acknowledged but n = %d after the restart", round, last, n)
+		}
+		t.Logf("round %d: killed after %d acknowledged transactions; %d after the restart", round, last-n0, n-n0)
+		// The next round opens the devices again.
+		check.Process.Signal(syscall.SIGTERM)
+		check.Wait()
+	}
+}

@@ -1,0 +1,480 @@
+// Package keyspace maps Redis databases, keys, values and expiry onto the
+// array's keys and values. The server (package server) and the CLI's data
+// commands both use it, so they always see the same data.
+//
+// Invariants:
+//   - An array key is one database byte followed by the Redis key:
+//     db ‖ key, db in 0..MaxDatabases-1. The byte Internal (0xFF) is no
+//     database: it holds kvarray's own records (the expiry index and
+//     transaction intents), so no Redis key can collide with them.
+//   - An array value is a one-byte tag followed, for tagExpiry, by the
+//     expire-at time (Unix milliseconds, big-endian, 8 bytes), then the
+//     Redis value. The expiry is bytes of the value: it is stored, checked,
+//     replicated, split, rebuilt and resynced exactly as the value is, so
+//     it survives restarts, rebuilds and mechanism changes with no extra
+//     work, and a value and its expiry can never disagree.
+//   - A value whose expire-at is at or before now does not exist: Get
+//     reports ErrNotFound for it whether or not it has been reclaimed yet.
+//   - The expiry index (Internal ‖ 'e' ‖ expire-at ‖ db ‖ key, empty
+//     value) is written BEFORE the value it indexes and may outlive it: a
+//     stale entry is harmless, because the reclaimer checks the value's
+//     own expire-at before deleting. An entry missing for a value with an
+//     expiry cannot happen unless the index store failed, in which case
+//     the value store was not attempted.
+//   - Index keys sort by expire-at: bucket prefixes (the expire-at in
+//     units of 256 ms, the top 7 bytes of the expire-at) let the reclaimer list only the
+//     entries that are due, never every key.
+//   - Databases are logical: a record (Internal ‖ 'm') maps each database
+//     number to the db byte its keys use, so that SWAPDB is one write of
+//     that record (atomic, O(1)) rather than a rewrite of two databases.
+//     Keys, index entries and intents hold the db byte, not the number.
+package keyspace
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kvarray/kvarray/array"
+)
+
+const (
+	// MaxDatabases is the most databases a keyspace can have: every db
+	// byte but Internal.
+	MaxDatabases = 255
+	// DefaultDatabases is Redis's default.
+	DefaultDatabases = 16
+	// Internal is the db byte of kvarray's own records.
+	Internal = 0xFF
+	// KeyOverhead is how many bytes of the array's largest key the mapping
+	// takes: the expiry index's key (Internal, 'e', 8 bytes of expire-at,
+	// the db byte) is the longest, so that every key can have a TTL.
+	// ValueOverhead is how many of its largest value it takes (with an
+	// expiry).
+	KeyOverhead   = 11
+	ValueOverhead = 9
+
+	tagPlain  = 0
+	tagExpiry = 1
+
+	recExpiry = 'e'
+	recIntent = 't'
+	recDBMap  = 'm'
+	// bucketShift: index buckets are 2^8 ms, one byte of the expire-at.
+	bucketShift = 8
+)
+
+// ErrBadValue means an array value is not in the keyspace's format (it
+// was written by something else, e.g. an older kvarray).
+var ErrBadValue = errors.New("keyspace: value not in the keyspace format")
+
+// ErrBadDB is a database number out of range.
+var ErrBadDB = errors.New("keyspace: database out of range")
+
+// RawKey is the array key of Redis key key under db byte db.
+func RawKey(db int, key []byte) []byte {
+	k := make([]byte, 1+len(key))
+	k[0] = byte(db)
+	copy(k[1:], key)
+	return k
+}
+
+// EncodeValue is the array value of Redis value v expiring at at (Unix
+// ms; 0 for never).
+func EncodeValue(v []byte, at int64) []byte {
+	if at == 0 {
+		b := make([]byte, 1+len(v))
+		b[0] = tagPlain
+		copy(b[1:], v)
+		return b
+	}
+	b := make([]byte, 9+len(v))
+	b[0] = tagExpiry
+	binary.BigEndian.PutUint64(b[1:9], uint64(at))
+	copy(b[9:], v)
+	return b
+}
+
+// DecodeValue splits an array value into the Redis value and its
+// expire-at (0 for none). v aliases b.
+func DecodeValue(b []byte) (v []byte, at int64, err error) {
+	switch {
+	case len(b) >= 1 && b[0] == tagPlain:
+		return b[1:], 0, nil
+	case len(b) >= 9 && b[0] == tagExpiry:
+		return b[9:], int64(binary.BigEndian.Uint64(b[1:9])), nil
+	}
+	return nil, 0, ErrBadValue
+}
+
+// ExpiryKey is the index entry of db's key expiring at at.
+func ExpiryKey(at int64, db int, key []byte) []byte {
+	k := make([]byte, 2+8+1+len(key))
+	k[0], k[1] = Internal, recExpiry
+	binary.BigEndian.PutUint64(k[2:10], uint64(at))
+	k[10] = byte(db)
+	copy(k[11:], key)
+	return k
+}
+
+// ParseExpiryKey reverses ExpiryKey.
+func ParseExpiryKey(k []byte) (at int64, db int, key []byte, ok bool) {
+	if len(k) < 12 || k[0] != Internal || k[1] != recExpiry {
+		return 0, 0, nil, false
+	}
+	return int64(binary.BigEndian.Uint64(k[2:10])), int(k[10]), k[11:], true
+}
+
+// Bucket is the index bucket of expire-at at.
+func Bucket(at int64) int64 { return at >> bucketShift }
+
+// BucketPrefix is the key prefix of the index entries in bucket b: the
+// top 7 bytes of the expire-at, which all times of a bucket share.
+func BucketPrefix(b int64) []byte {
+	k := make([]byte, 2+7)
+	k[0], k[1] = Internal, recExpiry
+	var t [8]byte
+	binary.BigEndian.PutUint64(t[:], uint64(b)<<bucketShift)
+	copy(k[2:], t[:7])
+	return k
+}
+
+// ExpiryPrefix is the prefix of the whole expiry index.
+func ExpiryPrefix() []byte { return []byte{Internal, recExpiry} }
+
+// IntentKey is the array key of transaction intent id.
+func IntentKey(id []byte) []byte { return append([]byte{Internal, recIntent}, id...) }
+
+// IntentPrefix is the prefix of every intent record.
+func IntentPrefix() []byte { return []byte{Internal, recIntent} }
+
+// NowMs is the current time in Unix milliseconds.
+func NowMs() int64 { return time.Now().UnixMilli() }
+
+// Store reads and writes Redis keys in an array. It takes no locks on
+// keys: callers that read, modify and write serialise themselves (the
+// server holds per-key locks).
+type Store struct {
+	A  *array.Array
+	mu sync.RWMutex
+	// phys[db] is the db byte of database db; logical is its inverse.
+	phys    []byte
+	logical map[byte]int
+	mapErr  error // why the database map could not be read
+}
+
+// Open returns the store of a's keyspace with dbs databases (1 to
+// MaxDatabases), reading the database map.
+func Open(ctx context.Context, a *array.Array, dbs int) (*Store, error) {
+	if dbs < 1 || dbs > MaxDatabases {
+		return nil, fmt.Errorf("keyspace: %d databases: there can be 1 to %d: %w", dbs, MaxDatabases, ErrBadDB)
+	}
+	s := &Store{A: a}
+	b, err := a.Retrieve(ctx, []byte{Internal, recDBMap})
+	switch {
+	case errors.Is(err, array.ErrNotFound):
+		b = nil
+	case errors.Is(err, array.ErrUnavailable):
+		// Too many devices are down to read the map (or to tell that
+		// there is none, as when SWAPDB was never used): databases are
+		// taken as never swapped, and SWAPDB is refused until it can be
+		// read.
+		b, s.mapErr = nil, err
+	case err != nil:
+		return nil, fmt.Errorf("keyspace: reading the database map: %w", err)
+	}
+	s.phys = make([]byte, dbs)
+	for i := range s.phys {
+		s.phys[i] = byte(i)
+	}
+	// A map written for more databases keeps its swaps for those that
+	// remain; one for fewer is extended with identity entries.
+	if len(b) > 0 {
+		used := map[byte]bool{}
+		for i := 0; i < dbs && i < len(b); i++ {
+			s.phys[i] = b[i]
+			used[b[i]] = true
+		}
+		if len(b) < dbs {
+			// Bytes not used by the stored map, in order.
+			next := 0
+			for i := len(b); i < dbs; i++ {
+				for used[byte(next)] {
+					next++
+				}
+				s.phys[i] = byte(next)
+				used[byte(next)] = true
+			}
+		}
+	}
+	s.logical = map[byte]int{}
+	for i, p := range s.phys {
+		s.logical[p] = i
+	}
+	return s, nil
+}
+
+// DBs is how many databases there are.
+func (s *Store) DBs() int { return len(s.phys) }
+
+// CheckDB rejects a database number out of range.
+func (s *Store) CheckDB(db int) error {
+	if db < 0 || db >= len(s.phys) {
+		return fmt.Errorf("database %d: there are databases 0 to %d: %w", db, len(s.phys)-1, ErrBadDB)
+	}
+	return nil
+}
+
+// Phys is the db byte of database db.
+func (s *Store) Phys(db int) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return int(s.phys[db])
+}
+
+// Logical is the database of db byte p; ok false if no database uses it.
+func (s *Store) Logical(p int) (int, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	db, ok := s.logical[byte(p)]
+	return db, ok
+}
+
+// Key is the array key of key in database db.
+func (s *Store) Key(db int, key []byte) []byte { return RawKey(s.Phys(db), key) }
+
+// Swap swaps databases x and y: one write of the database map.
+func (s *Store) Swap(ctx context.Context, x, y int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mapErr != nil {
+		return fmt.Errorf("keyspace: the database map could not be read when the server started: %w", s.mapErr)
+	}
+	next := slices.Clone(s.phys)
+	next[x], next[y] = next[y], next[x]
+	if err := s.A.Store(ctx, []byte{Internal, recDBMap}, next); err != nil {
+		return fmt.Errorf("keyspace: writing the database map: %w", err)
+	}
+	s.phys = next
+	s.logical[next[x]], s.logical[next[y]] = x, y
+	return nil
+}
+
+// Limits are the largest Redis key and value the array can hold under
+// this mapping.
+func (s *Store) Limits() (maxKey int, maxValue int64) {
+	k, v := s.A.Limits()
+	return k - KeyOverhead, v - ValueOverhead
+}
+
+// CheckKey rejects a key the mapping cannot hold, with the array's
+// sentinels: keys are 1 to Limits() bytes.
+func (s *Store) CheckKey(key []byte) error {
+	maxKey, _ := s.Limits()
+	if len(key) == 0 {
+		return fmt.Errorf("the empty key: keys are 1 to %d bytes: %w", maxKey, array.ErrKeyTooShort)
+	}
+	if len(key) > maxKey {
+		return fmt.Errorf("key of %d bytes (%q…), maximum %d (the array's %d less %d for the database and expiry index): %w",
+			len(key), key[:min(len(key), 32)], maxKey, maxKey+KeyOverhead, KeyOverhead, array.ErrKeyTooLong)
+	}
+	return nil
+}
+
+// GetRaw returns key's value and expire-at, expired or not.
+func (s *Store) GetRaw(ctx context.Context, db int, key []byte) (v []byte, at int64, err error) {
+	b, err := s.A.Retrieve(ctx, s.Key(db, key))
+	if err != nil {
+		return nil, 0, fmt.Errorf("key %q in db %d: %w", key, db, err)
+	}
+	v, at, err = DecodeValue(b)
+	if err != nil {
+		return nil, 0, fmt.Errorf("key %q in db %d: %w", key, db, err)
+	}
+	return v, at, nil
+}
+
+// Get returns key's value and expire-at. An expired value is
+// array.ErrNotFound (wrapped), whether reclaimed or not.
+func (s *Store) Get(ctx context.Context, db int, key []byte) (v []byte, at int64, err error) {
+	v, at, err = s.GetRaw(ctx, db, key)
+	if err == nil && Expired(at, NowMs()) {
+		return nil, 0, fmt.Errorf("key %q in db %d expired: %w", key, db, array.ErrNotFound)
+	}
+	return v, at, err
+}
+
+// Expired reports whether expire-at at has passed at now.
+func Expired(at, now int64) bool { return at != 0 && at <= now }
+
+// Set stores v under key with expire-at at (0: none), writing the index
+// entry first.
+func (s *Store) Set(ctx context.Context, db int, key, v []byte, at int64, opts ...array.CallOption) error {
+	op := s.Op(db, key, v, at, false)
+	if at != 0 {
+		if err := s.A.Store(ctx, ExpiryKey(at, op.Phys, key), nil); err != nil {
+			return fmt.Errorf("expiry index of key %q: %w", key, err)
+		}
+	}
+	return s.A.Store(ctx, RawKey(op.Phys, key), EncodeValue(v, at), opts...)
+}
+
+// Delete removes key and reports whether it existed (an expired key not
+// yet reclaimed is removed and reported absent).
+func (s *Store) Delete(ctx context.Context, db int, key []byte) (existed bool, err error) {
+	_, _, gerr := s.Get(ctx, db, key)
+	err = s.A.Delete(ctx, s.Key(db, key))
+	if errors.Is(err, array.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return gerr == nil, nil
+}
+
+// Exists reports whether key exists (and has not expired).
+func (s *Store) Exists(ctx context.Context, db int, key []byte) (bool, error) {
+	_, _, err := s.Get(ctx, db, key)
+	if errors.Is(err, array.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Keys lists db's keys that start with prefix, in byte order. It reads no
+// values: keys that expired but are not yet reclaimed are listed.
+func (s *Store) Keys(ctx context.Context, db int, prefix []byte) ([][]byte, error) {
+	aks, err := s.A.Keys(ctx, s.Key(db, prefix))
+	if err != nil {
+		return nil, err
+	}
+	for i, ak := range aks {
+		aks[i] = ak[1:]
+	}
+	return aks, nil
+}
+
+// Counts is how many keys each database has (expired ones not yet
+// reclaimed included), from one listing of the array's keys.
+func (s *Store) Counts(ctx context.Context) ([]int, error) {
+	aks, err := s.A.Keys(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	n := make([]int, len(s.phys))
+	for _, ak := range aks {
+		if db, ok := s.Logical(int(ak[0])); ok && ak[0] != Internal {
+			n[db]++
+		}
+	}
+	return n, nil
+}
+
+// ParseIndex returns the database and key of an expiry index entry; ok is
+// false when it is not one, or its db byte is no database's.
+func (s *Store) ParseIndex(k []byte) (at int64, db int, key []byte, ok bool) {
+	at, p, key, ok := ParseExpiryKey(k)
+	if !ok {
+		return 0, 0, nil, false
+	}
+	db, ok = s.Logical(p)
+	return at, db, key, ok
+}
+
+// Op is one write of a transaction, in an intent record: a store (Val,
+// At, Using) or a delete of Key under db byte Phys.
+type Op struct {
+	Phys  int
+	Key   []byte
+	Val   []byte
+	At    int64
+	Del   bool
+	Using string // mechanism, "" for the mode's choice
+}
+
+// Op is the op that stores v (or deletes, when del) under key of db.
+func (s *Store) Op(db int, key, v []byte, at int64, del bool) Op {
+	return Op{Phys: s.Phys(db), Key: key, Val: v, At: at, Del: del}
+}
+
+// Apply performs op. It is idempotent, so an intent may be replayed any
+// number of times.
+func (s *Store) Apply(ctx context.Context, op Op) error {
+	ak := RawKey(op.Phys, op.Key)
+	if op.Del {
+		err := s.A.Delete(ctx, ak)
+		if errors.Is(err, array.ErrNotFound) {
+			err = nil
+		}
+		return err
+	}
+	if op.At != 0 {
+		if err := s.A.Store(ctx, ExpiryKey(op.At, op.Phys, op.Key), nil); err != nil {
+			return fmt.Errorf("expiry index of key %q: %w", op.Key, err)
+		}
+	}
+	var opts []array.CallOption
+	if op.Using != "" {
+		opts = append(opts, array.Using(op.Using))
+	}
+	return s.A.Store(ctx, ak, EncodeValue(op.Val, op.At), opts...)
+}
+
+// EncodeIntent is the intent record of ops.
+func EncodeIntent(ops []Op) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(ops)))
+	for _, op := range ops {
+		flag := byte(0)
+		if op.Del {
+			flag = 1
+		}
+		b = append(b, flag, byte(op.Phys))
+		b = binary.AppendVarint(b, op.At)
+		for _, f := range [][]byte{op.Key, []byte(op.Using), op.Val} {
+			b = binary.AppendUvarint(b, uint64(len(f)))
+			b = append(b, f...)
+		}
+	}
+	return b
+}
+
+// ErrBadIntent is an intent record that does not decode.
+var ErrBadIntent = errors.New("keyspace: malformed intent record")
+
+// DecodeIntent reverses EncodeIntent.
+func DecodeIntent(b []byte) ([]Op, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return nil, ErrBadIntent
+	}
+	b = b[k:]
+	ops := make([]Op, 0, n)
+	for range n {
+		if len(b) < 2 {
+			return nil, ErrBadIntent
+		}
+		op := Op{Del: b[0] == 1, Phys: int(b[1])}
+		b = b[2:]
+		at, k := binary.Varint(b)
+		if k <= 0 {
+			return nil, ErrBadIntent
+		}
+		op.At, b = at, b[k:]
+		var fields [3][]byte
+		for i := range fields {
+			l, k := binary.Uvarint(b)
+			if k <= 0 || l > uint64(len(b)-k) {
+				return nil, ErrBadIntent
+			}
+			fields[i], b = b[k:k+int(l)], b[k+int(l):]
+		}
+		op.Key, op.Using, op.Val = fields[0], string(fields[1]), fields[2]
+		ops = append(ops, op)
+	}
+	return ops, nil
+}

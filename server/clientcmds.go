@@ -1,0 +1,265 @@
+package server
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// CLIENT REPLY modes.
+const (
+	replyOn = iota
+	replyOff
+	replySkip
+)
+
+// pause is a CLIENT PAUSE in force.
+type pause struct {
+	until  time.Time
+	writes bool // only write commands wait
+}
+
+// clientListFilter parses CLIENT LIST's [TYPE t] [ID id...]: the ids to
+// list, nil for all.
+func (c *call) clientListFilter() (map[int64]bool, bool) {
+	var ids map[int64]bool
+	for i := 2; i < len(c.args); i++ {
+		switch upper(c.args[i]) {
+		case "TYPE":
+			if i+1 >= len(c.args) {
+				c.syntaxError()
+				return nil, false
+			}
+			i++
+			switch t := strings.ToLower(string(c.args[i])); t {
+			case "normal":
+			case "master", "replica", "slave", "pubsub":
+				ids = map[int64]bool{}
+			default:
+				c.error(fmt.Sprintf("ERR Unknown client type '%s'", truncate(c.args[i], 64)))
+				return nil, false
+			}
+		case "ID":
+			if i+1 >= len(c.args) {
+				c.syntaxError()
+				return nil, false
+			}
+			if ids == nil {
+				ids = map[int64]bool{}
+			}
+			for i+1 < len(c.args) {
+				id, err := strconv.ParseInt(string(c.args[i+1]), 10, 64)
+				if err != nil || id <= 0 {
+					c.error("ERR Invalid client ID")
+					return nil, false
+				}
+				ids[id] = true
+				i++
+			}
+		default:
+			c.syntaxError()
+			return nil, false
+		}
+	}
+	return ids, true
+}
+
+// clientKill: CLIENT KILL ip:port (old form, OK or an error) or CLIENT
+// KILL with filters (the number killed).
+func (c *call) clientKill() {
+	if len(c.args) < 3 {
+		c.arityError("client|kill")
+		return
+	}
+	var id int64
+	var addr, laddr string
+	skipMe, oldForm := true, len(c.args) == 3
+	if oldForm {
+		addr = string(c.args[2])
+	} else {
+		if len(c.args)%2 != 0 {
+			c.syntaxError()
+			return
+		}
+		for i := 2; i < len(c.args); i += 2 {
+			v := string(c.args[i+1])
+			switch upper(c.args[i]) {
+			case "ID":
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil || n <= 0 {
+					c.error("ERR client-id should be greater than 0")
+					return
+				}
+				id = n
+			case "ADDR":
+				addr = v
+			case "LADDR":
+				laddr = v
+			case "TYPE":
+				if strings.ToLower(v) != "normal" {
+					c.w.WriteInt(0)
+					return
+				}
+			case "USER":
+			case "SKIPME":
+				switch strings.ToLower(v) {
+				case "yes":
+					skipMe = true
+				case "no":
+					skipMe = false
+				default:
+					c.syntaxError()
+					return
+				}
+			default:
+				c.syntaxError()
+				return
+			}
+		}
+	}
+	c.s.mu.Lock()
+	conns := c.s.connList()
+	c.s.mu.Unlock()
+	killed := 0
+	for _, cl := range conns {
+		if id != 0 && cl.id != id || addr != "" && cl.addr != addr || laddr != "" && cl.laddr != laddr {
+			continue
+		}
+		if cl == c.cl {
+			if skipMe && !oldForm {
+				continue
+			}
+			// Our own connection: close after this reply.
+			c.cl.quit = true
+			killed++
+			continue
+		}
+		cl.Conn.Close()
+		killed++
+	}
+	if oldForm {
+		if killed == 0 {
+			c.error("ERR No such client")
+			return
+		}
+		c.ok()
+	} else {
+		c.w.WriteInt(killed)
+	}
+	if c.cl.quit {
+		c.rc.ReadPipeline()
+		c.rc.Close()
+	}
+}
+
+// clientPause: CLIENT PAUSE timeout [WRITE | ALL].
+func (c *call) clientPause() {
+	if len(c.args) != 3 && len(c.args) != 4 {
+		c.arityError("client|pause")
+		return
+	}
+	ms, err := strconv.ParseInt(string(c.args[2]), 10, 64)
+	if err != nil || ms < 0 {
+		c.error("ERR timeout is not an integer or out of range")
+		return
+	}
+	writes := false
+	if len(c.args) == 4 {
+		switch upper(c.args[3]) {
+		case "WRITE":
+			writes = true
+		case "ALL":
+		default:
+			c.syntaxError()
+			return
+		}
+	}
+	c.s.pause.Store(&pause{until: time.Now().Add(time.Duration(ms) * time.Millisecond), writes: writes})
+	c.ok()
+}
+
+// waitPause holds a command while a CLIENT PAUSE applies to it.
+func (s *Server) waitPause(e *entry) {
+	for {
+		p := s.pause.Load()
+		if p == nil || (p.writes && !e.write()) || e.name == "client" {
+			return
+		}
+		d := time.Until(p.until)
+		if d <= 0 {
+			return
+		}
+		time.Sleep(min(d, 10*time.Millisecond))
+	}
+}
+
+// cmdReset: RESET returns the connection to its state at connect.
+func cmdReset(c *call) {
+	c.cl.endMulti()
+	c.s.unwatch(c.cl)
+	c.cl.db, c.cl.proto, c.w.proto, c.cl.replyMode = 0, 2, 2, replyOn
+	c.cl.dbShown.Store(0)
+	c.cl.mu.Lock()
+	c.cl.name = ""
+	c.cl.mu.Unlock()
+	c.w.WriteString("RESET")
+}
+
+func cmdTime(c *call) {
+	now := time.Now()
+	c.w.WriteArray(2)
+	c.w.WriteBulkString(strconv.FormatInt(now.Unix(), 10))
+	c.w.WriteBulkString(strconv.FormatInt(int64(now.Nanosecond()/1000), 10))
+}
+
+// cmdWait: WAIT numreplicas timeout: there are no replicas (the array's
+// redundancy is synchronous), so 0 at once.
+func cmdWait(c *call) {
+	if _, err := strconv.ParseInt(string(c.args[2]), 10, 64); err != nil {
+		c.error("ERR timeout is not an integer or out of range")
+		return
+	}
+	c.w.WriteInt(0)
+}
+
+// cmdReadonly serves READONLY and READWRITE: OK, so that a cluster-aware
+// client's connect never fails (there is no cluster).
+func cmdReadonly(c *call) { c.ok() }
+
+// cmdFunction: kvarray has no functions or scripts; FUNCTION FLUSH and
+// LIST answer as a server with none would (test suites and tools flush
+// them at start), the rest say there is no scripting.
+func cmdFunction(c *call) {
+	switch sub := strings.ToLower(string(truncate(c.args[1], 32))); sub {
+	case "flush":
+		if len(c.args) > 3 || len(c.args) == 3 && upper(c.args[2]) != "ASYNC" && upper(c.args[2]) != "SYNC" {
+			c.syntaxError()
+			return
+		}
+		c.ok()
+	case "list":
+		c.w.WriteArray(0)
+	case "help":
+		c.lines([]string{"FUNCTION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+			"FLUSH [ASYNC|SYNC]", "    Delete all the libraries (there are none: kvarray has no scripting).",
+			"LIST", "    Return the libraries (none).",
+			"HELP", "    Print this help."})
+	default:
+		c.error(fmt.Sprintf("ERR FUNCTION %s is not supported by kvarray: it has no scripting", strings.ToUpper(string(truncate(c.args[1], 32)))))
+	}
+}
+
+// cmdSave: every acknowledged write is already on the devices, so SAVE
+// has nothing to do (not allowed inside MULTI, as in Redis).
+func cmdSave(c *call) { c.ok() }
+
+// cmdLastSave: every write is saved as it is made; the server's start is
+// the last time nothing was unsaved.
+func cmdLastSave(c *call) { c.w.WriteInt64(c.s.started.Unix()) }
+
+// cmdShutdown: kvarray serve stops on SIGINT or SIGTERM, closing the
+// array; SHUTDOWN over the protocol is refused.
+func cmdShutdown(c *call) {
+	c.error("ERR SHUTDOWN is not supported by kvarray: stop kvarray serve with SIGTERM (it finishes the commands in flight and closes the array)")
+}

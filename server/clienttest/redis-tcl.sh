@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs Redis 7's own Tcl tests for strings, counters, the keyspace, expiry,
+# transactions, SCAN, the protocol and INFO against `kvarray serve` (a
+# fresh array per unit), with no shim. tcl/skip.txt lists the tests that
+# need another data type or a config kvarray does not have (they would
+# raise an exception and stop their unit); tcl/expected-failures.txt lists
+# the failures docs/compatibility.md explains. Any other failure fails this
+# script. Usage, from the repository root:
+#   server/clienttest/redis-tcl.sh REDIS_SOURCE_DIR
+# where REDIS_SOURCE_DIR is Redis's source tree (apt-get source redis).
+set -uo pipefail
+src=${1:?usage: $0 REDIS_SOURCE_DIR}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+work=$(mktemp -d)
+trap 'kill $pid 2>/dev/null; rm -rf "$work"' EXIT
+go build -C "$root" -o "$work/kvarray" ./cmd/kvarray || exit 1
+# runtest looks for the binaries under src/ even against an external server.
+mkdir -p "$src/src"
+for b in redis-server redis-cli redis-benchmark; do
+	[ -e "$src/src/$b" ] || ln -s "$(command -v $b)" "$src/src/$b"
+done
+pid=
+failed=()
+for unit in unit/type/string unit/type/incr unit/keyspace unit/expire unit/multi unit/scan unit/protocol unit/info-command; do
+	d=$(mktemp -d -p "$work")
+	port=$((21000 + RANDOM % 20000))
+	(cd "$d" && exec "$work/kvarray" serve --listen 127.0.0.1:$port >serve.log 2>&1) &
+	pid=$!
+	for _ in $(seq 1 150); do redis-cli -p $port ping 2>/dev/null | grep -q PONG && break; sleep 0.2; done
+	out=$(cd "$src" && ./runtest --host 127.0.0.1 --port $port --single $unit \
+		--tags -needs:repl --tags -needs:debug --tags -needs:config-maxmemory \
+		--skipfile "$here/tcl/skip.txt" 2>&1 | sed 's/\x1b\[[0-9;]*m//g')
+	kill $pid; wait $pid 2>/dev/null
+	echo "$unit: $(grep -c '^\[ok\]' <<<"$out") passed, $(grep -c '^\[err\]' <<<"$out") failed, $(grep -c '^\[skip\]' <<<"$out") skipped"
+	if grep -q '^\[exception\]' <<<"$out"; then
+		echo "$out" | grep -A20 '^\[exception\]'
+		failed+=("$unit: exception")
+	fi
+	while IFS= read -r name; do
+		grep -qxF "$name" "$here/tcl/expected-failures.txt" || { echo "$out" | grep -A3 -F "[err]: $name in"; failed+=("$unit: $name"); }
+	done < <(grep '^\[err\]' <<<"$out" | sed 's/^\[err\]: //; s/ in tests\/.*//')
+done
+if [ ${#failed[@]} -gt 0 ]; then
+	printf 'unexpected failure: %s\n' "${failed[@]}"
+	exit 1
+fi
+echo "redis-tcl: ok"

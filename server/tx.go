@@ -1,0 +1,255 @@
+package server
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/keyspace"
+)
+
+// Transactions (MULTI, EXEC, DISCARD, WATCH, UNWATCH), with Redis's
+// semantics:
+//   - After MULTI, commands are checked (known, right arity) and queued,
+//     each answered QUEUED; one that fails the check is answered with its
+//     error and makes EXEC answer EXECABORT and run nothing.
+//   - Isolation: every command other than the admin ones holds the
+//     server's transaction lock shared; EXEC holds it exclusively while it
+//     runs and commits its queue, so no client sees half a transaction and
+//     no write interleaves with one.
+//   - WATCH: a watched key written by anyone (any write command, the
+//     expiry cycle reclaiming it, FLUSHDB, FLUSHALL, SWAPDB), or expired
+//     since it was watched, makes EXEC reply with a null array and run
+//     nothing.
+//   - Atomicity across a crash: the queue runs against an overlay (data.go)
+//     and writes nothing; its writes are then stored as ONE intent record
+//     (keyspace.EncodeIntent, key Internal ‖ 't' ‖ id) before any is
+//     applied, and the record is deleted once all are. A crash before the
+//     record is stored leaves none of the transaction; after, the record
+//     is replayed when the server starts (Serve), before any command:
+//     all of it. Replay is idempotent (stores and deletes of whole
+//     values). A transaction whose writes do not fit in one array value
+//     fails with an error and writes nothing.
+//   - Errors inside EXEC (a wrong-type value, an integer overflow) are the
+//     command's reply in EXEC's array; the other commands still run, as
+//     in Redis. An array error while committing fails the whole EXEC
+//     (no reply for each command): if it happened after the intent
+//     record was stored, the rest is applied at the next start.
+
+// txCommands run at once even inside MULTI.
+var txCommands = map[string]bool{"exec": true, "discard": true, "multi": true, "watch": true, "quit": true, "reset": true}
+
+// queue handles a command sent after MULTI; it reports whether it did.
+func (c *call) queue(e *entry) bool {
+	cl := c.cl
+	if !cl.multi || e != nil && txCommands[e.name] {
+		return false
+	}
+	switch {
+	case e == nil:
+		c.unknownCommand()
+		cl.txFailed = true
+	case e.arity > 0 && len(c.args) != e.arity || e.arity < 0 && len(c.args) < -e.arity:
+		c.arityError(e.name)
+		cl.txFailed = true
+	case e.noTx:
+		c.error(fmt.Sprintf("ERR Command not allowed inside a transaction: '%s' (kvarray)", e.name))
+		cl.txFailed = true
+	default:
+		args := make([][]byte, len(c.args))
+		for i, a := range c.args {
+			args[i] = append([]byte(nil), a...)
+		}
+		cl.queued = append(cl.queued, args)
+		c.w.WriteString("QUEUED")
+	}
+	return true
+}
+
+func cmdMulti(c *call) {
+	if c.cl.multi {
+		c.error("ERR MULTI calls can not be nested")
+		return
+	}
+	c.cl.multi = true
+	c.ok()
+}
+
+func (cl *conn) endMulti() {
+	cl.multi, cl.txFailed, cl.queued = false, false, nil
+}
+
+func cmdDiscard(c *call) {
+	if !c.cl.multi {
+		c.error("ERR DISCARD without MULTI")
+		return
+	}
+	c.cl.endMulti()
+	c.s.unwatch(c.cl)
+	c.ok()
+}
+
+func cmdWatch(c *call) {
+	if c.cl.multi {
+		c.error("ERR WATCH inside MULTI is not allowed")
+		return
+	}
+	for _, k := range c.args[1:] {
+		wk := watchKey{c.cl.db, string(k)}
+		if _, ok := c.cl.watching[wk]; ok {
+			continue
+		}
+		// The expire-at at WATCH time: a key that expires later counts
+		// as modified (Redis 7).
+		v, found, err := c.get(c.cl.db, k)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		if c.cl.watching == nil {
+			c.cl.watching = map[watchKey]int64{}
+		}
+		at := int64(0)
+		if found {
+			at = v.at
+		}
+		c.cl.watching[wk] = at
+		c.s.watchAdd(c.cl, wk)
+	}
+	c.ok()
+}
+
+func cmdUnwatch(c *call) {
+	c.s.unwatch(c.cl)
+	c.ok()
+}
+
+// watchedExpired reports whether a key watched while it had an expiry
+// has expired since.
+func (c *call) watchedExpired() bool {
+	now := keyspace.NowMs()
+	for _, at := range c.cl.watching {
+		if keyspace.Expired(at, now) {
+			return true
+		}
+	}
+	return false
+}
+
+// cmdExec runs the queue under the exclusive transaction lock (serveRESP
+// does not take the shared one for EXEC).
+func cmdExec(c *call) {
+	cl := c.cl
+	if !cl.multi {
+		c.error("ERR EXEC without MULTI")
+		return
+	}
+	queued, failed := cl.queued, cl.txFailed
+	cl.endMulti()
+	if failed {
+		c.s.unwatch(cl)
+		c.error("EXECABORT Transaction discarded because of previous errors.")
+		return
+	}
+	c.s.txmu.Lock()
+	defer c.s.txmu.Unlock()
+	dirty := cl.dirty.Load() || c.watchedExpired()
+	c.s.unwatch(cl)
+	if dirty {
+		c.w.WriteNullArray()
+		return
+	}
+	tx := &txn{}
+	out := &respWriter{proto: c.w.proto}
+	for _, args := range queued {
+		e := c.s.lookup(args[0])
+		sub := &call{s: c.s, rc: c.rc, cl: cl, args: args, ctx: c.ctx, e: e, w: out, tx: tx}
+		e.calls.Add(1)
+		e.run(sub)
+	}
+	if err := c.s.commit(c, tx); err != nil {
+		c.error(fmt.Sprintf("%s (transaction not applied; if its intent record was stored it is completed at the next start)", errorReply(err)))
+		return
+	}
+	c.w.WriteArray(len(queued))
+	c.w.raw(out.b)
+}
+
+// errTxTooLarge: a transaction's writes must fit in one array value.
+var errTxTooLarge = errors.New("transaction too large")
+
+// commit makes the overlay's writes durable, all or nothing (see the
+// package comment of this file).
+func (s *Server) commit(c *call, tx *txn) error {
+	if len(tx.list) == 0 {
+		return nil
+	}
+	var ik []byte
+	if len(tx.list) > 1 {
+		rec := keyspace.EncodeIntent(tx.list)
+		if int64(len(rec)) > s.maxValue {
+			return fmt.Errorf("its writes take %d bytes, the array's largest value is %d: %w: %w", len(rec), s.maxValue, errTxTooLarge, array.ErrValueTooLarge)
+		}
+		var id [16]byte
+		rand.Read(id[:])
+		ik = keyspace.IntentKey([]byte(hex.EncodeToString(id[:])))
+		if err := s.a.Store(c.ctx, ik, rec); err != nil {
+			return fmt.Errorf("storing the transaction's intent record: %w", err)
+		}
+		if s.o.afterIntent != nil {
+			if err := s.o.afterIntent(); err != nil {
+				return err
+			}
+		}
+	}
+	errs := forEach(len(tx.list), func(i int) error {
+		s.stats.stores.Add(1)
+		return s.ks.Apply(c.ctx, tx.list[i])
+	})
+	for i, op := range tx.list {
+		s.touch(tx.dbs[i], op.Key)
+	}
+	if _, err := firstError(errs); err != nil {
+		return err
+	}
+	if ik != nil {
+		if err := s.a.Delete(c.ctx, ik); err != nil {
+			s.o.errorLog.Printf("kvarray server: deleting intent record %q: %v (it is replayed, harmlessly, at the next start)", ik, err)
+		}
+	}
+	return nil
+}
+
+// replayIntents completes the transactions a crash interrupted: every
+// intent record still stored is applied again, then deleted.
+func (s *Server) replayIntents() error {
+	keys, err := s.a.Keys(s.ctx, keyspace.IntentPrefix())
+	if err != nil {
+		return fmt.Errorf("listing transaction intents: %w", err)
+	}
+	for _, ik := range keys {
+		rec, err := s.a.Retrieve(s.ctx, ik)
+		if errors.Is(err, array.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading transaction intent %q: %w", ik, err)
+		}
+		ops, err := keyspace.DecodeIntent(rec)
+		if err != nil {
+			return fmt.Errorf("transaction intent %q: %w", ik, err)
+		}
+		for _, op := range ops {
+			if err := s.ks.Apply(s.ctx, op); err != nil {
+				return fmt.Errorf("replaying transaction intent %q: %w", ik, err)
+			}
+		}
+		if err := s.a.Delete(s.ctx, ik); err != nil && !errors.Is(err, array.ErrNotFound) {
+			return fmt.Errorf("deleting replayed transaction intent %q: %w", ik, err)
+		}
+		s.o.errorLog.Printf("kvarray server: completed a transaction interrupted by a crash (%d writes)", len(ops))
+	}
+	return nil
+}

@@ -1,0 +1,208 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kvarray/kvarray/keyspace"
+)
+
+func withAfterIntent(f func() error) Option { return func(o *options) { o.afterIntent = f } }
+
+// restart shuts the server down and serves the same array with a new
+// server (as a process restart would, minus the devices' reopening).
+func (ts *testServer) restart(opts ...Option) {
+	ts.t.Helper()
+	ts.stop()
+	srv := New(ts.a, append([]Option{WithDevices(ts.devs)}, opts...)...)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	ts.srv, ts.addr, ts.done, ts.ended = srv, l.Addr().String(), make(chan error, 1), false
+	go func() { ts.done <- srv.Serve(l) }()
+}
+
+// TestTxIsolation: a transaction writes a and b to the same value; a
+// reader never sees them differ, and concurrent INCRs in and out of
+// transactions lose nothing.
+func TestTxIsolation(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	w, r := ts.client(), ts.client()
+	const rounds = 60
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for i := range rounds {
+			if _, err := w.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, "a", i, 0)
+				p.Set(ctx, "b", i, 0)
+				p.Incr(ctx, "n")
+				return nil
+			}); err != nil {
+				t.Errorf("transaction %d: %v", i, err)
+				return
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for range rounds {
+			if err := r.Incr(ctx, "n").Err(); err != nil {
+				t.Errorf("INCR: %v", err)
+				return
+			}
+			vs, err := r.MGet(ctx, "a", "b").Result()
+			if err != nil {
+				t.Errorf("MGET: %v", err)
+				return
+			}
+			if vs[0] != vs[1] {
+				t.Errorf("a reader saw half a transaction: a=%v b=%v", vs[0], vs[1])
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	if n, err := r.Get(ctx, "n").Int(); err != nil || n != 2*rounds {
+		t.Errorf("n = %d, %v; want %d", n, err, 2*rounds)
+	}
+}
+
+// TestWatch: EXEC aborts (null) when a watched key was written by another
+// client, deleted, flushed, or expired; and runs when it was not.
+func TestWatch(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	other := ts.client()
+	for _, tc := range []struct {
+		name  string
+		touch func()
+		abort bool
+	}{
+		{"untouched", func() {}, false},
+		{"SET by another client", func() { other.Set(ctx, "w", "x", 0) }, true},
+		{"DEL", func() { other.Del(ctx, "w") }, true},
+		{"INCR", func() { other.Incr(ctx, "w") }, true},
+		{"FLUSHDB", func() { other.FlushDB(ctx) }, true},
+		{"FLUSHALL", func() { other.FlushAll(ctx) }, true},
+		{"EXPIRE in the past", func() { other.ExpireAt(ctx, "w", time.Unix(1, 0)) }, true},
+		{"write to another key", func() { other.Set(ctx, "other", "x", 0) }, false},
+		{"write to the same key in another db", func() { other.Do(ctx, "copy", "w", "w", "db", "5", "replace") }, false},
+	} {
+		c := ts.dial()
+		c.do("SET", "w", "1")
+		c.do("WATCH", "w")
+		tc.touch()
+		c.do("MULTI")
+		c.do("SET", "w", "mine")
+		r := c.do("EXEC")
+		if aborted := r.null; aborted != tc.abort {
+			t.Errorf("%s: EXEC = %v, want aborted=%v", tc.name, r, tc.abort)
+		}
+		got := c.do("GET", "w")
+		if !tc.abort && got.str != "mine" || tc.abort && got.str == "mine" {
+			t.Errorf("%s: after EXEC, w = %v", tc.name, got)
+		}
+	}
+	// A key with a TTL that expires between WATCH and EXEC.
+	c := ts.dial()
+	c.do("SET", "ttl", "1", "PX", "100")
+	c.do("WATCH", "ttl")
+	time.Sleep(200 * time.Millisecond)
+	c.do("MULTI")
+	c.do("SET", "ttl", "2")
+	if r := c.do("EXEC"); !r.null {
+		t.Errorf("EXEC after a watched key expired = %v, want null", r)
+	}
+}
+
+// TestTxCrash: a transaction interrupted after its intent record is
+// stored (as by kill -9) is completed, whole, when the server starts
+// again; one interrupted before leaves nothing. Invariant: after the
+// restart either every write of the transaction is there or none is.
+func TestTxCrash(t *testing.T) {
+	crash := errors.New("simulated crash after the intent record")
+	ts := startServer(t, "", withAfterIntent(func() error { return crash }))
+	ctx := context.Background()
+	rdb := ts.client()
+	rdb.Set(ctx, "gone", "old", 0)
+	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range 20 {
+			p.Set(ctx, fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i), time.Hour)
+		}
+		p.Incr(ctx, "counter")
+		p.Del(ctx, "gone")
+		return nil
+	})
+	if err == nil {
+		t.Fatal("EXEC succeeded though its commit was interrupted")
+	}
+	// The interrupted commit applied nothing yet.
+	if n, _ := rdb.Exists(ctx, "k0", "k19", "counter").Result(); n != 0 {
+		t.Fatalf("%d keys of the interrupted transaction are visible before the restart", n)
+	}
+	ts.restart()
+	rdb = ts.client()
+	for i := range 20 {
+		v, err := rdb.Get(ctx, fmt.Sprintf("k%d", i)).Result()
+		if err != nil || v != fmt.Sprintf("v%d", i) {
+			t.Errorf("after the restart k%d = %q, %v", i, v, err)
+		}
+		if d, _ := rdb.TTL(ctx, fmt.Sprintf("k%d", i)).Result(); d <= 0 || d > time.Hour {
+			t.Errorf("k%d lost its TTL: %v", i, d)
+		}
+	}
+	if n, err := rdb.Get(ctx, "counter").Int(); err != nil || n != 1 {
+		t.Errorf("counter = %d, %v", n, err)
+	}
+	if n, _ := rdb.Exists(ctx, "gone").Result(); n != 0 {
+		t.Error("the transaction's DEL was not replayed")
+	}
+	if left, err := ts.a.Keys(ctx, keyspace.IntentPrefix()); err != nil || len(left) != 0 {
+		t.Errorf("intent records left after the replay: %d, %v", len(left), err)
+	}
+}
+
+// TestIncrConcurrent: concurrent INCRs on one key lose no increment.
+func TestIncrConcurrent(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	const clients, each = 4, 100
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Add(1)
+		c := ts.client()
+		go func() {
+			defer wg.Done()
+			for range each {
+				if err := c.Incr(ctx, "ctr").Err(); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := c.IncrByFloat(ctx, "fctr", 0.5).Err(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	rdb := ts.client()
+	if n, _ := rdb.Get(ctx, "ctr").Int(); n != clients*each {
+		t.Errorf("ctr = %d, want %d", n, clients*each)
+	}
+	if f, _ := rdb.Get(ctx, "fctr").Result(); f != strconv.Itoa(clients*each/2) {
+		t.Errorf("fctr = %s, want %d", f, clients*each/2)
+	}
+}
