@@ -41,14 +41,6 @@ type located struct {
 
 func (l *located) header() *format.Header { return &l.hdr }
 
-// mechanism returns l's mechanism, nil for a nil l.
-func (l *located) mechanism() mechanism.Mechanism {
-	if l == nil {
-		return nil
-	}
-	return l.m
-}
-
 // locator is implemented by mechanisms whose pieces are not all under the
 // data key (Packing): they can find a split whose primary piece is lost.
 type locator interface {
