@@ -313,7 +313,7 @@ func (s *Server) serveRESP(rc redcon.Conn, cmd redcon.Command) {
 	}
 	s.stats.commands.Add(1)
 	cl.last.Store(time.Now().UnixNano())
-	w := &respWriter{rc: rc, proto: cl.proto}
+	w := &respWriter{rc: rc, proto: cl.proto, unsent: &cl.unsent}
 	switch cl.replyMode {
 	case replyOff:
 		w.rc = nil // collected and dropped

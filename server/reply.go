@@ -15,16 +15,41 @@ import (
 // A respWriter either writes through to the connection (rc set), or collects
 // into b: EXEC runs its queued commands into a buffer, so that nothing is
 // sent unless the whole transaction is committed.
+//
+// Replies written through are flushed to the socket once a connection has
+// flushAt bytes waiting (redcon would otherwise hold every reply of a
+// pipeline until its last command ran): a connection holds at most about
+// one reply beyond that, and a client that does not read blocks only its
+// own connection, with bounded memory.
 type respWriter struct {
 	rc      redcon.Conn
 	b       []byte
 	scratch []byte
-	proto   int // 2 or 3
+	proto   int  // 2 or 3
+	unsent  *int // bytes written through and not yet flushed, per connection
+}
+
+// flushAt is how many bytes of replies a connection holds before they are
+// sent, mid-pipeline.
+const flushAt = 256 << 10
+
+// wrote accounts for n bytes written through and flushes past flushAt.
+func (w *respWriter) wrote(n int) {
+	if w.unsent == nil {
+		return
+	}
+	if *w.unsent += n; *w.unsent >= flushAt {
+		if bw := redcon.BaseWriter(w.rc); bw != nil {
+			_ = bw.Flush() // a write error ends the connection at its next flush
+		}
+		*w.unsent = 0
+	}
 }
 
 func (w *respWriter) raw(b []byte) {
 	if w.rc != nil {
 		w.rc.WriteRaw(b)
+		w.wrote(len(b))
 		return
 	}
 	w.b = append(w.b, b...)
@@ -35,6 +60,7 @@ func (w *respWriter) emit(f func([]byte) []byte) {
 	if w.rc != nil {
 		w.scratch = f(w.scratch[:0])
 		w.rc.WriteRaw(w.scratch)
+		w.wrote(len(w.scratch))
 		return
 	}
 	w.b = f(w.b)
@@ -53,6 +79,7 @@ func (w *respWriter) WriteError(s string) {
 func (w *respWriter) WriteBulk(v []byte) {
 	if w.rc != nil {
 		w.rc.WriteBulk(v)
+		w.wrote(len(v) + 16)
 		return
 	}
 	w.b = redcon.AppendBulk(w.b, v)

@@ -477,6 +477,7 @@ func (s *Server) accepted(rc redcon.Conn) bool {
 type conn struct {
 	net.Conn
 	s       *Server
+	unsent  int // reply bytes not yet flushed (respWriter); the connection's goroutine only
 	g       guard
 	pending []byte // guard output that did not fit the caller's buffer
 	perr    error  // protocol error to report once pending is delivered
@@ -505,7 +506,7 @@ type conn struct {
 	name         string
 	libName, lib string
 	user         atomic.Pointer[user] // as authenticated (auth.go)
-	dbShown      atomic.Int64 // db, for CLIENT LIST from other goroutines
+	dbShown      atomic.Int64         // db, for CLIENT LIST from other goroutines
 }
 
 // Read passes the client's bytes through the guard. Once the server is

@@ -390,26 +390,41 @@ func cmdMset(c *call) {
 	c.ok()
 }
 
-// cmdMget reads every key concurrently and replies in order; a missing
-// key is nil, any other error fails the whole command (so that a lost
-// value never passes for a missing one).
+// mgetChunk is how many keys MGET reads at once: the values of one chunk
+// are all it holds in memory, whatever the number of keys.
+const mgetChunk = 16
+
+// cmdMget reads the keys a chunk at a time, each chunk concurrently, and
+// replies in order, streaming. A missing key is nil; any other error
+// fails the whole command when it comes in the first chunk (so that a lost
+// value never passes for a missing one), and is that key's element of the
+// reply (an error, never nil) once the reply has begun.
 func cmdMget(c *call) {
 	keys := c.args[1:]
-	vals := make([]value, len(keys))
-	founds := make([]bool, len(keys))
-	errs := forEach(len(keys), func(i int) error {
-		var err error
-		vals[i], founds[i], err = c.get(c.cl.db, keys[i])
-		return err
-	})
-	if _, first := firstError(errs); first != nil {
-		c.fail(first)
-		return
-	}
-	c.w.WriteArray(len(keys))
-	for i := range keys {
-		c.hit(founds[i])
-		c.bulkOrNull(vals[i], founds[i])
+	for lo := 0; lo < len(keys); lo += mgetChunk {
+		chunk := keys[lo:min(lo+mgetChunk, len(keys))]
+		vals := make([]value, len(chunk))
+		founds := make([]bool, len(chunk))
+		errs := forEach(len(chunk), func(i int) error {
+			var err error
+			vals[i], founds[i], err = c.get(c.cl.db, chunk[i])
+			return err
+		})
+		if lo == 0 {
+			if _, first := firstError(errs); first != nil {
+				c.fail(first)
+				return
+			}
+			c.w.WriteArray(len(keys))
+		}
+		for i := range chunk {
+			if errs[i] != nil {
+				c.w.WriteError(errorReply(errs[i]))
+				continue
+			}
+			c.hit(founds[i])
+			c.bulkOrNull(vals[i], founds[i])
+		}
 	}
 }
 
