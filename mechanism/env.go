@@ -351,7 +351,7 @@ func (e *Env) Delete(ctx context.Context, key []byte, devs []int, maxFailed int)
 		return err
 	}
 	for i := range ops {
-		if ops[i].Err != nil && recordable(key) && !e.recorded(ops[i].Dev, key) {
+		if ops[i].Err != nil && recordable(key) && !e.recorded(ops[i].Dev, key) && e.State(ops[i].Dev) != Rebuilding {
 			return fmt.Errorf("delete %q: device %d missed it: %w", key, ops[i].Dev, ErrNotRecorded)
 		}
 	}

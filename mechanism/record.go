@@ -109,7 +109,9 @@ func (e *Env) Acknowledge(ctx context.Context, ops []Op) error {
 	var errs []error
 	for i := range ops {
 		if op := &ops[i]; op.Kind == device.OpStore && op.Err != nil && recordable(op.Key) {
-			if err := e.recordMiss(ctx, op.Dev, op.Key, false); err != nil {
+			// A device swapped out meanwhile (Rebuilding) is restored
+			// whole by its rebuild: its misses need no record.
+			if err := e.recordMiss(ctx, op.Dev, op.Key, false); err != nil && e.State(op.Dev) != Rebuilding {
 				errs = append(errs, err)
 			}
 		}
