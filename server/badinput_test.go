@@ -238,3 +238,53 @@ func TestManyConnections(t *testing.T) {
 		t.Errorf("DBSIZE = %v", r)
 	}
 }
+
+// TestInputLimitAcrossClients: clients that each hold an unfinished large
+// SET (header sent, value half sent) cannot make the server hold more
+// than its input limit: the connection that would pass it ends with a
+// protocol error, the others finish, and the bytes held go back to zero
+// once the commands are done or their connections gone.
+func TestInputLimitAcrossClients(t *testing.T) {
+	const value = 1<<20 - 64 // under max_value less the keyspace's header
+	ts := startServer(t, memHybrid+"max_value: 1MiB\n", WithMaxRequest(1<<20+64<<10), WithMaxInput(3*value))
+	half := bytes.Repeat([]byte("v"), value/2)
+	header := []byte(fmt.Sprintf("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%d\r\n", value))
+	var held []*rawConn
+	for range 5 {
+		c := ts.dial()
+		c.send(header)
+		c.send(half)
+		held = append(held, c)
+	}
+	// Finish each value: a refused connection answers with the protocol
+	// error (or is already closed).
+	refused := 0
+	for i, c := range held {
+		if _, err := c.Write(append(bytes.Clone(half), '\r', '\n')); err != nil {
+			refused++
+			continue
+		}
+		r := c.read()
+		switch {
+		case r.str == "OK":
+		case r.isError() && strings.Contains(r.str, "unfinished commands across its clients"):
+			refused++
+		default:
+			t.Errorf("connection %d: %v", i, r)
+		}
+	}
+	if refused == 0 {
+		t.Errorf("5 clients held 5 MiB of unfinished commands under a 3 MiB input limit, none refused")
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for ts.srv.inputHeld.Load() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := ts.srv.inputHeld.Load(); n != 0 {
+		t.Errorf("%d bytes of input still counted after every connection closed", n)
+	}
+	ts.healthy("")
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 )
 
 // The guard sits between a client's socket and redcon's reader. redcon
@@ -64,6 +65,36 @@ type guard struct {
 	left   int64  // bytes left to pass (with CRLF) or to drop
 	inline int    // bytes of the current inline line so far
 	query  int64  // bytes of the current command passed through
+
+	// held counts the query bytes of every connection's unfinished
+	// command, against maxHeld (nil: no shared limit).
+	held    *atomic.Int64
+	maxHeld int64
+	mine    atomic.Int64 // this guard's part of held (release may run on another goroutine)
+}
+
+// reserve counts n more bytes of the current command, against the
+// command's limit and the server's.
+func (g *guard) reserve(n int64) error {
+	g.query += n
+	if g.query > g.maxQuery {
+		return &protocolError{fmt.Sprintf("request of more than %d bytes (the server's query limit)", g.maxQuery)}
+	}
+	if g.held != nil {
+		g.mine.Add(n)
+		if total := g.held.Add(n); total > g.maxHeld {
+			return &protocolError{fmt.Sprintf("the server holds %d bytes of unfinished commands across its clients, over its limit of %d: retry later", total, g.maxHeld)}
+		}
+	}
+	return nil
+}
+
+// release gives back what the current command holds: it is complete, or
+// its connection is gone (then it may run on another goroutine than feed).
+func (g *guard) release() {
+	if g.held != nil {
+		g.held.Add(-g.mine.Swap(0))
+	}
 }
 
 // output collects what the guard passes on: in place at the front of the
@@ -196,7 +227,10 @@ func (g *guard) header(out *output, readPos int) error {
 			return nil
 		}
 		out.emit(h, readPos)
-		g.args, g.query = n, int64(len(h))
+		g.args = n
+		if err := g.reserve(int64(len(h))); err != nil {
+			return err
+		}
 		g.state = stBulkHdr
 		g.hdr = g.hdr[:0]
 		return nil
@@ -211,7 +245,9 @@ func (g *guard) header(out *output, readPos int) error {
 		binary.BigEndian.PutUint64(ph[5+nonceLen:], uint64(n))
 		copy(ph[5+placeholderLen:], "\r\n")
 		out.emit(ph[:], readPos)
-		g.query += int64(len(ph))
+		if err := g.reserve(int64(len(ph))); err != nil {
+			return err
+		}
 		g.left = n
 		g.state = stSkip
 		if n == 0 {
@@ -219,9 +255,8 @@ func (g *guard) header(out *output, readPos int) error {
 		}
 		return nil
 	}
-	g.query += int64(len(h)) + n + 2
-	if g.query > g.maxQuery {
-		return &protocolError{fmt.Sprintf("request of more than %d bytes (the server's query limit)", g.maxQuery)}
+	if err := g.reserve(int64(len(h)) + n + 2); err != nil {
+		return err
 	}
 	out.emit(h, readPos)
 	g.left = n + 2
@@ -235,6 +270,7 @@ func (g *guard) nextArg() {
 	if g.args == 0 {
 		g.state = stStart
 		g.query = 0
+		g.release()
 		return
 	}
 	g.state = stBulkHdr

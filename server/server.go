@@ -98,6 +98,9 @@ const (
 	// DefaultMaxRequest is the default limit on one command's bytes:
 	// Redis's client-query-buffer-limit.
 	DefaultMaxRequest = 1 << 30
+	// DefaultMaxInput is the default limit on the bytes of unfinished
+	// commands held across all connections.
+	DefaultMaxInput = 2 << 30
 	// DefaultMaxArgs is the most arguments one command may have.
 	DefaultMaxArgs = 1 << 20
 	// minBulk is the smallest bulk limit the server uses: keys, patterns,
@@ -110,6 +113,7 @@ type options struct {
 	maxClients int
 	maxBulk    int64
 	maxRequest int64
+	maxInput   int64
 	errorLog   *log.Logger
 	auth       *authConfig // auth.go
 	hooks      hooks       // observe.go
@@ -146,6 +150,13 @@ func WithMaxBulk(n int64) Option { return func(o *options) { o.maxBulk = n } }
 // error. Default 1 GiB; never less than the bulk limit plus 64 KiB.
 func WithMaxRequest(n int64) Option { return func(o *options) { o.maxRequest = n } }
 
+// WithMaxInput sets the most bytes of unfinished commands (a bulk counts
+// whole from its header on) the server holds across all connections; the
+// connection whose command would pass it is ended with a protocol error,
+// so that many clients sending large values at once cannot exhaust
+// memory. Default 2 GiB; never less than the request limit.
+func WithMaxInput(n int64) Option { return func(o *options) { o.maxInput = n } }
+
 // WithErrorLog sets where the server logs what no client can be told:
 // a panic in a handler (the connection is closed), accept errors. Default:
 // the log package's standard logger.
@@ -157,6 +168,7 @@ func WithDatabases(n int) Option { return func(o *options) { o.databases = n } }
 
 // Server serves one array over RESP2 and RESP3. Create it with New.
 type Server struct {
+	inputHeld atomic.Int64 // bytes of unfinished commands, all connections (guard)
 	a        *array.Array
 	o        options
 	maxValue int64
@@ -208,12 +220,14 @@ type stats struct {
 // devices).
 func New(a *array.Array, opts ...Option) *Server {
 	maxKey, maxValue := a.Limits()
-	o := options{maxClients: DefaultMaxClients, maxBulk: min(maxValue, DefaultMaxBulk), maxRequest: DefaultMaxRequest, databases: keyspace.DefaultDatabases}
+	o := options{maxClients: DefaultMaxClients, maxBulk: min(maxValue, DefaultMaxBulk), maxRequest: DefaultMaxRequest,
+		maxInput: DefaultMaxInput, databases: keyspace.DefaultDatabases}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	o.maxBulk = max(o.maxBulk, minBulk, int64(maxKey))
 	o.maxRequest = max(o.maxRequest, o.maxBulk+minBulk)
+	o.maxInput = max(o.maxInput, o.maxRequest)
 	if o.errorLog == nil {
 		o.errorLog = log.Default()
 	}
@@ -444,7 +458,8 @@ func (s *Server) track(nc net.Conn) *conn {
 		proto:   2,
 	}
 	c.last.Store(now.UnixNano())
-	c.g = guard{maxBulk: s.o.maxBulk, maxQuery: s.o.maxRequest, maxArgs: DefaultMaxArgs, nonce: s.nonce}
+	c.g = guard{maxBulk: s.o.maxBulk, maxQuery: s.o.maxRequest, maxArgs: DefaultMaxArgs, nonce: s.nonce,
+		held: &s.inputHeld, maxHeld: s.o.maxInput}
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	s.stats.connections.Add(1)
@@ -573,6 +588,7 @@ func (c *conn) Close() error {
 			c.s.unwatch(c)
 			c.s.untrack(c)
 		}
+		c.g.release()
 	})
 	return err
 }
