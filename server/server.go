@@ -169,15 +169,15 @@ func WithDatabases(n int) Option { return func(o *options) { o.databases = n } }
 // Server serves one array over RESP2 and RESP3. Create it with New.
 type Server struct {
 	inputHeld atomic.Int64 // bytes of unfinished commands, all connections (guard)
-	a        *array.Array
-	o        options
-	maxValue int64
-	nonce    [nonceLen]byte
-	runID    [20]byte // INFO's run_id
-	cmds     map[string]*entry
-	locks    *keylock.Table
-	started  time.Time
-	version  string
+	a         *array.Array
+	o         options
+	maxValue  int64
+	nonce     [nonceLen]byte
+	runID     [20]byte // INFO's run_id
+	cmds      map[string]*entry
+	locks     *keylock.Table
+	started   time.Time
+	version   string
 
 	// ks is the Redis keyspace over the array; set by start.
 	ks        *keyspace.Store
