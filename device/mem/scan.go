@@ -26,8 +26,8 @@ func (d *Device) Scan(ctx context.Context, prefix, start []byte, values bool, fn
 		cursor = bytes.Clone(start)
 	}
 	var (
-		chunk    = make([]entry, 0, iterChunk)
-		key []byte // handed to fn, so fn cannot reach the stored key
+		chunk = make([]entry, 0, iterChunk)
+		key   []byte // handed to fn, so fn cannot reach the stored key
 	)
 	for {
 		chunk = chunk[:0]
