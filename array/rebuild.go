@@ -1,9 +1,12 @@
 package array
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -180,7 +183,7 @@ func (a *Array) Resync(ctx context.Context, i int, opts ...HealOption) (RebuildR
 	for _, k := range keys {
 		work = append(work, healItem{internal: k, onlyFor: -1})
 	}
-	return a.heal(ctx, i, work, nil, opts)
+	return a.heal(ctx, i, healSlice(work), nil, opts)
 }
 
 // healItem is one key to repair: a user key, or an internal key that only
@@ -191,12 +194,31 @@ type healItem struct {
 	// onlyFor, when ≥ 0 (Rebuild), lets a key whose pieces cannot be on
 	// that device be skipped after one read of its header.
 	onlyFor int
+	// Of a piece a rebuild's scan found (see scanItems): its split
+	// number, the header of its newest copy on the neighbours (nil when
+	// a neighbour could not hand out values), and its internal key, the
+	// scan position that the checkpoint records once it is done.
+	split int
+	hdr   *format.Header
+	at    []byte
 }
 
 // Rebuild restores everything that belongs on device i, which must be
 // Rebuilding (see ReplaceDevice), and marks it healthy when every key was
 // repaired. It is restartable: keys done by an interrupted run, recorded
 // on the device, are skipped.
+//
+// The neighbours that can share a key with i are scanned together, in
+// key order (an ordered merge, holding one entry per neighbour), so the
+// keys stream through the repair without being collected; where a
+// neighbour hands out values (device.Scanner) each piece's header tells
+// its mechanism, and a key whose mechanism keeps nothing on i costs
+// nothing. A key that has a piece on i is repaired by its mechanism once,
+// without reading i (see mechanism.WithRestoring): for Replication, the
+// other copies are read and i's is written. Orphans (pieces of deleted
+// values, leftover splits) are not looked for: that is Scrub's job. Then
+// come the keys the mechanisms know of by other means (Packing's members
+// of sets with a piece on i), and the keys i missed while it was failed.
 func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (RebuildReport, error) {
 	rep := RebuildReport{Dev: i}
 	if err := a.checkDev(i); err != nil {
@@ -206,126 +228,297 @@ func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (Rebuild
 	if a.env.State(i) != mechanism.Rebuilding {
 		return rep, fmt.Errorf("rebuild device %d (%s): it is %v, not being rebuilt (replace it first)", i, rep.Name, a.env.State(i))
 	}
-	keys, err := a.rebuildKeys(ctx, i)
-	if err != nil {
-		return rep, fmt.Errorf("rebuild device %d (%s): %w", i, rep.Name, err)
-	}
-	done := a.checkpoint(ctx, i)
-	work := make([]healItem, 0, len(keys))
-	skipped := int64(0)
-	for _, k := range keys {
-		if done != nil && slices.Compare(k, done) <= 0 {
-			skipped++
-			continue
+	done, skipped := a.checkpoint(ctx, i)
+	source := func(emit func(healItem) bool) error {
+		if err := a.scanItems(ctx, i, done, emit); err != nil {
+			return err
 		}
-		work = append(work, healItem{user: k, onlyFor: i})
+		for _, m := range a.mechs {
+			if rk, ok := m.(rebuildKeyedMechanism); ok {
+				more, err := rk.RebuildKeys(ctx, i)
+				if err != nil {
+					return err
+				}
+				for _, k := range more {
+					if !emit(healItem{user: k.User, onlyFor: i}) {
+						return nil
+					}
+				}
+			}
+		}
+		// Keys it missed while it was failed, before it was replaced by
+		// itself (its header says rebuilding).
+		for _, k := range a.env.Missed(i) {
+			if !emit(healItem{internal: k, onlyFor: -1}) {
+				return nil
+			}
+		}
+		return nil
 	}
-	// Keys it missed while it was failed, before it was replaced by
-	// itself (its header says rebuilding): after the scan, unordered.
-	for _, k := range a.env.Missed(i) {
-		work = append(work, healItem{internal: k, onlyFor: -1})
-	}
-	rep, err = a.heal(ctx, i, work, func(last []byte) { a.saveCheckpoint(ctx, i, last) }, opts)
+	rep, err := a.heal(ctx, i, source, func(at []byte, count int64) { a.saveCheckpoint(ctx, i, at, skipped+count) }, opts)
 	rep.Skipped = skipped
 	return rep, err
 }
 
-// rebuildKeys lists the user keys that may have a piece on device i: keys
-// with a data key on a device at most maxWidth-1 away whose span covers i,
-// and the keys the mechanisms know of by other means. Sorted, each once.
-func (a *Array) rebuildKeys(ctx context.Context, i int) ([][]byte, error) {
+// scanSource is one neighbour's stream of data pieces in a rebuild's scan.
+type scanSource struct {
+	next func() (scanned, bool)
+	stop func()
+	cur  scanned
+	ok   bool
+	err  error
+}
+
+// scanned is one data piece a neighbour holds.
+type scanned struct {
+	key []byte
+	hdr *format.Header // nil: not read, or unreadable
+}
+
+// scanItems emits, in internal key order from just after done, one item
+// per data key that may have a piece on device i: the keys on the devices
+// at most maxWidth-1 away whose placement span can cover i, merged across
+// those devices. With headers (every neighbour a device.Scanner), a key is
+// emitted only when its own mechanism puts a piece on i, and a huge value
+// once, for its first split that does.
+func (a *Array) scanItems(ctx context.Context, i int, done []byte, emit func(healItem) bool) error {
 	n := a.env.N()
 	w := min(a.maxWidth, n)
-	var mu sync.Mutex
-	var keys [][]byte
-	var wg sync.WaitGroup
-	var errs []error
+	var start []byte
+	if done != nil {
+		start = append(slices.Clone(done), 0) // the least key after done
+	}
+	var srcs []*scanSource
+	defer func() {
+		for _, s := range srcs {
+			s.stop()
+		}
+	}()
 	for d := 0; d < n; d++ {
 		dist := (i - d + n) % n // how far d is before i
 		back := (d - i + n) % n // how far d is after i
 		if d == i || (dist >= w && back >= w) || a.env.State(d) == mechanism.Failed {
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var local [][]byte
-			err := a.devs[d].Iterate(ctx, nil, func(k []byte) error {
-				user, split, kind, err := format.ParseKey(k)
-				if err != nil || kind != format.KindData {
-					return nil
-				}
-				if off := (i - a.primary(user, a.logical(split)) + n) % n; off < w {
-					local = append(local, slices.Clone(user))
+		s := &scanSource{}
+		s.next, s.stop = iter.Pull(a.scanDevice(ctx, d, i, w, start, &s.err))
+		s.cur, s.ok = s.next()
+		srcs = append(srcs, s)
+	}
+	for {
+		var low []byte
+		for _, s := range srcs {
+			if s.ok && (low == nil || bytes.Compare(s.cur.key, low) < 0) {
+				low = s.cur.key
+			}
+		}
+		if low == nil {
+			break
+		}
+		var hdr *format.Header
+		known := true
+		for _, s := range srcs {
+			if !s.ok || !bytes.Equal(s.cur.key, low) {
+				continue
+			}
+			switch h := s.cur.hdr; {
+			case h == nil:
+				known = false
+			case hdr == nil || h.Version > hdr.Version:
+				hdr = h
+			}
+			s.cur, s.ok = s.next()
+		}
+		user, split, _, _ := format.ParseKey(low)
+		it := healItem{user: user, split: split, onlyFor: i, at: low}
+		if known && hdr != nil {
+			if !a.onDevice(user, split, hdr, i) {
+				continue
+			}
+			it.hdr = hdr
+		}
+		if !emit(it) {
+			return ctx.Err()
+		}
+	}
+	var errs []error
+	for _, s := range srcs {
+		if s.err != nil && !errors.Is(s.err, device.ErrDeviceFailed) {
+			errs = append(errs, s.err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// scanDevice yields device d's data keys (from start) whose split's
+// primary is at most w-1 before device i, in ascending order, with their
+// headers when d hands out values. A device that does not iterate in
+// order has its keys collected and sorted first. The first error is left
+// in *errp.
+func (a *Array) scanDevice(ctx context.Context, d, i, w int, start []byte, errp *error) iter.Seq[scanned] {
+	n := a.env.N()
+	dev := a.devs[d]
+	near := func(k []byte) bool {
+		user, split, kind, err := format.ParseKey(k)
+		return err == nil && kind == format.KindData && (i-a.primary(user, a.logical(split))+n)%n < w
+	}
+	return func(yield func(scanned) bool) {
+		info, err := dev.Info(ctx)
+		if err != nil {
+			*errp = fmt.Errorf("list keys on device %d: %w", d, err)
+			return
+		}
+		_, values := dev.(device.Scanner)
+		if !info.Ordered {
+			var keys [][]byte
+			err := dev.Iterate(ctx, nil, func(k []byte) error {
+				if near(k) && (start == nil || bytes.Compare(k, start) >= 0) {
+					keys = append(keys, slices.Clone(k))
 				}
 				return nil
 			})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && !errors.Is(err, device.ErrDeviceFailed) {
-				errs = append(errs, fmt.Errorf("list keys on device %d: %w", d, err))
-			}
-			keys = append(keys, local...)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	for _, m := range a.mechs {
-		if rk, ok := m.(rebuildKeyedMechanism); ok {
-			more, err := rk.RebuildKeys(ctx, i)
 			if err != nil {
-				return nil, err
+				*errp = fmt.Errorf("list keys on device %d: %w", d, err)
+				return
 			}
-			for _, k := range more {
-				keys = append(keys, k.User)
+			slices.SortFunc(keys, bytes.Compare)
+			for _, k := range keys {
+				if !yield(scanned{key: k}) {
+					return
+				}
 			}
+			return
+		}
+		stopped := errors.New("stopped")
+		err = device.Scan(ctx, dev, nil, start, values, func(k, v []byte) error {
+			if !near(k) {
+				return nil
+			}
+			s := scanned{key: slices.Clone(k)}
+			if values {
+				if dv, err := format.Decode(v); err == nil {
+					h := dv.Header
+					h.Fields = slices.Clone(h.Fields)
+					s.hdr = &h
+				}
+			}
+			if !yield(s) {
+				return stopped
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, stopped) {
+			*errp = fmt.Errorf("list keys on device %d: %w", d, err)
 		}
 	}
-	slices.SortFunc(keys, slices.Compare)
-	return slices.CompactFunc(keys, func(x, y []byte) bool { return slices.Equal(x, y) }), nil
 }
 
-var checkpointKey = format.Key([]byte("\x00kvarray-rebuilt"), 0, format.KindArray)
+// onDevice reports whether the value a scanned piece belongs to (split
+// split of user, header h) has a piece under the data key on device dev,
+// counted once per value: for a huge value, only its first split whose
+// span covers dev says yes. Pieces the header shows are orphans (a split
+// past the value's end, or in the other bank) say no: Scrub sweeps them.
+// A mechanism that is not configured says yes, for the repair to report.
+func (a *Array) onDevice(user []byte, split int, h *format.Header, dev int) bool {
+	m, ok := a.byRM[h.RM]
+	if !ok {
+		return true
+	}
+	n := a.env.N()
+	s := a.logical(split)
+	if s >= int(max(h.Splits, 1)) || a.splitKey(user, s, h.Version).Split != split {
+		return false
+	}
+	for first := 0; first < int(max(h.Splits, 1)) && first < n; first++ {
+		if (dev-a.primary(user, first)+n)%n < m.Width() {
+			return first == s
+		}
+	}
+	return false
+}
 
-func (a *Array) checkpoint(ctx context.Context, i int) []byte {
+var checkpointKey = format.Key([]byte("\x00kvarray-rebuilt-at"), 0, format.KindArray)
+
+// checkpoint returns the internal key up to which an interrupted rebuild
+// of device i scanned and repaired, and how many keys that was.
+func (a *Array) checkpoint(ctx context.Context, i int) ([]byte, int64) {
 	b, err := a.devs[i].Retrieve(ctx, checkpointKey)
 	if err != nil {
-		return nil
+		return nil, 0
 	}
 	v, err := format.Decode(b)
-	if err != nil {
-		return nil
+	if err != nil || len(v.Payload) < 8 {
+		return nil, 0
 	}
-	return v.Payload
+	return v.Payload[8:], int64(binary.BigEndian.Uint64(v.Payload))
 }
 
-func (a *Array) saveCheckpoint(ctx context.Context, i int, last []byte) {
-	h := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(last)), ObjectLen: uint64(len(last))}
-	_ = a.devs[i].Store(context.WithoutCancel(ctx), checkpointKey, format.Encode(&h, last))
+func (a *Array) saveCheckpoint(ctx context.Context, i int, at []byte, count int64) {
+	p := binary.BigEndian.AppendUint64(nil, uint64(count))
+	p = append(p, at...)
+	h := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(p)), ObjectLen: uint64(len(p))}
+	_ = a.devs[i].Store(context.WithoutCancel(ctx), checkpointKey, format.Encode(&h, p))
 }
 
-// heal repairs work with bounded parallelism, reporting progress. With
-// checkpoint set (Rebuild), items are user keys in sorted order and the
-// longest prefix of them that is done is checkpointed now and then. When
-// every item is repaired the device is marked healthy and its rebuilding
-// state cleared.
-func (a *Array) heal(ctx context.Context, dev int, work []healItem, checkpoint func([]byte), opts []HealOption) (RebuildReport, error) {
+// heal repairs the items source emits, workers at once, reporting
+// progress. Items with a scan position (Rebuild's) come first, in
+// ascending order: the position of the longest run of them that is done
+// is checkpointed now and then, with their count, and never past a key
+// that failed. When every item is repaired the device is marked healthy
+// and its rebuilding state cleared.
+func (a *Array) heal(ctx context.Context, dev int, source func(emit func(healItem) bool) error, checkpoint func([]byte, int64), opts []HealOption) (RebuildReport, error) {
 	o := healOptions{workers: 16, every: time.Second}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	rep := RebuildReport{Dev: dev, Name: a.env.Name(dev)}
 	start := time.Now()
-	var keys, bytes, repaired, failed atomic.Int64
-	doneFlags := make([]bool, len(work))
+	var keys, bytes, repaired, failed, total atomic.Int64
 	var mu sync.Mutex
 	var errs []string
-	next := 0 // all items before next are done (for the checkpoint)
+	// The checkpoint: items are numbered as emitted; next is the first
+	// not known done, at and count describe the items before it.
+	var (
+		next, count int64
+		at          []byte
+		frozen      bool // an item failed: the checkpoint stays before it
+		doneAt      = map[int64][]byte{}
+	)
+	markDone := func(seq int64, it healItem, ok bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if frozen {
+			return
+		}
+		if !ok {
+			frozen = true
+			clear(doneAt)
+			return
+		}
+		doneAt[seq] = it.at
+		for {
+			p, ok := doneAt[next]
+			if !ok {
+				break
+			}
+			delete(doneAt, next)
+			next++
+			if p != nil {
+				at, count = p, count+1
+			}
+		}
+	}
+	saveAt := func() {
+		mu.Lock()
+		p, c := at, count
+		mu.Unlock()
+		if checkpoint != nil && p != nil {
+			checkpoint(p, c)
+		}
+	}
 	report := func(final bool) {
 		if o.progress != nil {
-			o.progress(Progress{Dev: dev, Keys: keys.Load(), Total: int64(len(work)), Bytes: bytes.Load(),
+			o.progress(Progress{Dev: dev, Keys: keys.Load(), Total: total.Load(), Bytes: bytes.Load(),
 				Repaired: repaired.Load(), Failed: failed.Load(), Elapsed: time.Since(start), Completed: final})
 		}
 	}
@@ -333,53 +526,74 @@ func (a *Array) heal(ctx context.Context, dev int, work []healItem, checkpoint f
 	if o.progress != nil {
 		tick = func() {
 			report(false)
-			var last []byte
-			mu.Lock()
-			if next > 0 {
-				last = work[next-1].user
-			}
-			mu.Unlock()
-			if checkpoint != nil && last != nil {
-				checkpoint(last)
-			}
+			saveAt()
 		}
 	}
 	stopTick := every(o.every, tick)
-	runPool(ctx, len(work), o.workers, func(j int) {
-		n, size, err := a.healOne(ctx, work[j])
-		keys.Add(1)
-		repaired.Add(int64(n))
-		bytes.Add(size)
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			failed.Add(1)
-			if len(errs) < 20 {
-				errs = append(errs, err.Error())
+	type job struct {
+		seq int64
+		it  healItem
+	}
+	jobs := make(chan job, o.workers)
+	var wg sync.WaitGroup
+	for range o.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				n, size, err := a.healOne(ctx, j.it)
+				if err == nil && ctx.Err() != nil {
+					// A repair cut short may skip its writes and still
+					// succeed (they are best effort for a read's repair):
+					// not done, so that the checkpoint does not pass it.
+					err = fmt.Errorf("repair %s: %w", shown(j.it.user), ctx.Err())
+				}
+				keys.Add(1)
+				repaired.Add(int64(n))
+				bytes.Add(size)
+				if err != nil {
+					failed.Add(1)
+					mu.Lock()
+					if len(errs) < 20 {
+						errs = append(errs, err.Error())
+					}
+					mu.Unlock()
+				}
+				markDone(j.seq, j.it, err == nil)
 			}
-			return
+		}()
+	}
+	var seq int64
+	srcErr := source(func(it healItem) bool {
+		if ctx.Err() != nil {
+			return false
 		}
-		doneFlags[j] = true
-		for next < len(work) && doneFlags[next] {
-			next++
-		}
+		jobs <- job{seq: seq, it: it}
+		seq++
+		return true
 	})
+	close(jobs)
+	wg.Wait()
 	stopTick()
+	if srcErr == nil {
+		total.Store(seq)
+	}
 	rep.Keys, rep.Bytes, rep.Repaired, rep.Failed = keys.Load(), bytes.Load(), repaired.Load(), failed.Load()
 	rep.Elapsed, rep.Errors = time.Since(start), errs
 	if err := ctx.Err(); err != nil {
-		if checkpoint != nil && next > 0 && work[next-1].user != nil {
-			checkpoint(work[next-1].user)
-		}
+		saveAt()
 		report(false)
-		return rep, fmt.Errorf("heal device %d: interrupted after %d of %d keys: %w", dev, rep.Keys, len(work), err)
+		return rep, fmt.Errorf("heal device %d: interrupted after %d keys: %w", dev, rep.Keys, err)
+	}
+	if srcErr != nil {
+		saveAt()
+		report(false)
+		return rep, fmt.Errorf("heal device %d (%s): list its keys: %w", dev, rep.Name, srcErr)
 	}
 	report(true)
 	if rep.Failed > 0 && (checkpoint == nil || a.othersImpaired(dev)) {
-		if checkpoint != nil && next > 0 && work[next-1].user != nil {
-			checkpoint(work[next-1].user)
-		}
-		return rep, fmt.Errorf("heal device %d (%s): %d of %d keys could not be repaired (first: %s)", dev, rep.Name, rep.Failed, len(work), errs[0])
+		saveAt()
+		return rep, fmt.Errorf("heal device %d (%s): %d of %d keys could not be repaired (first: %s)", dev, rep.Name, rep.Failed, seq, errs[0])
 	}
 	if a.env.State(dev) == mechanism.Rebuilding {
 		a.env.SetState(dev, mechanism.Healthy)
@@ -395,6 +609,18 @@ func (a *Array) heal(ctx context.Context, dev int, work []healItem, checkpoint f
 	return rep, nil
 }
 
+// healSlice is a heal source of a fixed list of items.
+func healSlice(items []healItem) func(func(healItem) bool) error {
+	return func(emit func(healItem) bool) error {
+		for _, it := range items {
+			if !emit(it) {
+				return nil
+			}
+		}
+		return nil
+	}
+}
+
 // othersImpaired reports whether a device other than dev is failed. A key
 // a rebuild cannot repair while no other device is failed is lost (its
 // only pieces were on replaced devices, as with Hashing on dev): the
@@ -407,25 +633,6 @@ func (a *Array) othersImpaired(dev int) bool {
 		}
 	}
 	return false
-}
-
-// mayHold reports whether device dev may hold a piece of key, from one
-// read of its header: the scan that lists a rebuild's keys goes as far as
-// the widest configured mechanism, but a value's own mechanism may be
-// narrower. Packing, huge values and anything unreadable say yes.
-func (a *Array) mayHold(ctx context.Context, key []byte, dev int) bool {
-	l, err := a.locate(ctx, a.key(key, 0))
-	if err != nil {
-		return true
-	}
-	if l.header().Splits != 1 {
-		return true
-	}
-	if _, ok := l.m.(rebuildKeyedMechanism); ok {
-		return true
-	}
-	off := (dev - a.primary(key, 0) + a.env.N()) % a.env.N()
-	return off < l.m.Width()
 }
 
 // healOne repairs one item under its key's lock.
@@ -453,13 +660,19 @@ func (a *Array) healOne(ctx context.Context, it healItem) (int, int64, error) {
 	if err := a.checkKey(user); err != nil {
 		return 0, 0, err
 	}
+	if it.hdr != nil {
+		if n, size, ok := a.restoreScanned(ctx, it); ok {
+			return n, size, nil
+		}
+	}
 	var n int
 	var size int64
 	_, err := a.run(ctx, user, "repair", func() ([]byte, error) {
-		if it.onlyFor >= 0 && !a.mayHold(ctx, user, it.onlyFor) {
-			return nil, nil
-		}
 		var err error
+		if it.onlyFor >= 0 {
+			n, size, err = a.restoreKey(ctx, user, it.onlyFor)
+			return nil, err
+		}
 		n, size, err = a.repairSized(ctx, user)
 		if split != 0 && (err == nil || errors.Is(err, ErrNotFound)) {
 			// repairSized's walk over leftover splits ends at the first
@@ -476,4 +689,70 @@ func (a *Array) healOne(ctx context.Context, it healItem) (int, int64, error) {
 		err = nil // deleted: swept of whatever was left
 	}
 	return n, size, err
+}
+
+// restoreScanned restores on device it.onlyFor the piece of a value that a
+// rebuild's scan found on its neighbours, with one call to the value's
+// mechanism's Repair that does not read the device being restored. It
+// reports false, having changed nothing that a full repair would not,
+// when the fast path does not apply: a huge value, a mechanism with
+// pieces beyond the data key (Packing), or a repair that fails (the value
+// may have changed mechanism since the scan): healOne then locates the
+// key and repairs it in full.
+func (a *Array) restoreScanned(ctx context.Context, it healItem) (int, int64, bool) {
+	h := it.hdr
+	m, ok := a.byRM[h.RM]
+	if !ok || h.Splits != 1 || it.split != 0 {
+		return 0, 0, false
+	}
+	if _, keyed := m.(rebuildKeyedMechanism); keyed {
+		return 0, 0, false
+	}
+	var n int
+	_, err := a.run(ctx, it.user, "repair", func() ([]byte, error) {
+		var err error
+		n, err = m.Repair(mechanism.WithRestoring(ctx, it.onlyFor), a.key(it.user, 0), h)
+		return nil, err
+	})
+	switch {
+	case err == nil:
+		return n, int64(h.ObjectLen), true
+	case errors.Is(err, ErrNotFound) && n == 0:
+		return 0, 0, true // deleted since the scan
+	}
+	return 0, 0, false
+}
+
+// restoreKey restores on device dev, under key's lock, the pieces of key's
+// value that belong there: it locates the value (one read of its primary)
+// and has its mechanism repair each split whose pieces can be on dev,
+// without reading dev. Unlike repair it sweeps no orphans: a rebuild
+// restores what belongs on the device, and Scrub removes what does not.
+func (a *Array) restoreKey(ctx context.Context, key []byte, dev int) (int, int64, error) {
+	ctx = mechanism.WithRestoring(ctx, dev)
+	l, err := a.locate(ctx, a.key(key, 0))
+	if err != nil {
+		return 0, 0, err
+	}
+	h := *l.header()
+	_, keyed := l.m.(rebuildKeyedMechanism)
+	n := a.env.N()
+	counts := make([]int, h.Splits)
+	err = a.forSplits(ctx, int(h.Splits), func(s int) error {
+		k := a.splitKey(key, s, h.Version)
+		if !keyed && (dev-k.Primary+n)%n >= l.m.Width() {
+			return nil // its pieces are all on other devices
+		}
+		if s > 0 {
+			k.Want = h.Version
+		}
+		var err error
+		counts[s], err = l.m.Repair(ctx, k, &h)
+		return err
+	})
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	return total, int64(h.ObjectLen), err
 }

@@ -129,6 +129,13 @@ var ErrStale = errors.New("stale: the device missed writes of this key")
 // value. Ops for a Failed device are not sent: a device that comes back
 // may have missed writes, so only Resync or Rebuild re-admit it.
 func (e *Env) Do(ctx context.Context, ops []Op) {
+	if rest, at := e.skipRestoringReads(ctx, ops); at != nil {
+		e.Do(context.WithValue(ctx, restoringKey{}, -1), rest)
+		for j, i := range at {
+			ops[i] = rest[j]
+		}
+		return
+	}
 	if dr, ok := ctx.Value(dryRunKey{}).(*DryRun); ok {
 		reads, at := dr.skipWrites(ops)
 		e.do(ctx, reads)
