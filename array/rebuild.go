@@ -1,7 +1,6 @@
 package array
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -260,27 +259,12 @@ func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (Rebuild
 	return rep, err
 }
 
-// scanSource is one neighbour's stream of data pieces in a rebuild's scan.
-type scanSource struct {
-	next func() (scanned, bool)
-	stop func()
-	cur  scanned
-	ok   bool
-	err  error
-}
-
-// scanned is one data piece a neighbour holds.
-type scanned struct {
-	key []byte
-	hdr *format.Header // nil: not read, or unreadable
-}
-
 // scanItems emits, in internal key order from just after done, one item
 // per data key that may have a piece on device i: the keys on the devices
 // at most maxWidth-1 away whose placement span can cover i, merged across
-// those devices. With headers (every neighbour a device.Scanner), a key is
-// emitted only when its own mechanism puts a piece on i, and a huge value
-// once, for its first split that does.
+// those devices. With headers (every neighbour that holds the key a
+// device.Scanner), a key is emitted only when its own mechanism puts a
+// piece on i, and a huge value once, for its first split that does.
 func (a *Array) scanItems(ctx context.Context, i int, done []byte, emit func(healItem) bool) error {
 	n := a.env.N()
 	w := min(a.maxWidth, n)
@@ -288,50 +272,37 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, emit func(hea
 	if done != nil {
 		start = append(slices.Clone(done), 0) // the least key after done
 	}
-	var srcs []*scanSource
-	defer func() {
-		for _, s := range srcs {
-			s.stop()
-		}
-	}()
+	near := func(k []byte) bool {
+		user, split, kind, err := format.ParseKey(k)
+		return err == nil && kind == format.KindData && (i-a.primary(user, a.logical(split))+n)%n < w
+	}
+	errs := make([]error, n)
+	var srcs []iter.Seq[scanEntry]
 	for d := 0; d < n; d++ {
 		dist := (i - d + n) % n // how far d is before i
 		back := (d - i + n) % n // how far d is after i
 		if d == i || (dist >= w && back >= w) || a.env.State(d) == mechanism.Failed {
 			continue
 		}
-		s := &scanSource{}
-		s.next, s.stop = iter.Pull(a.scanDevice(ctx, d, i, w, start, &s.err))
-		s.cur, s.ok = s.next()
-		srcs = append(srcs, s)
+		srcs = append(srcs, a.sortedScan(ctx, d, nil, start, true, near, &errs[d]))
 	}
-	for {
-		var low []byte
-		for _, s := range srcs {
-			if s.ok && (low == nil || bytes.Compare(s.cur.key, low) < 0) {
-				low = s.cur.key
-			}
-		}
-		if low == nil {
-			break
-		}
+	for m := range mergeScans(srcs) {
 		var hdr *format.Header
 		known := true
-		for _, s := range srcs {
-			if !s.ok || !bytes.Equal(s.cur.key, low) {
-				continue
-			}
-			switch h := s.cur.hdr; {
-			case h == nil:
+		for _, e := range m.entries {
+			v, err := format.Decode(e.value)
+			switch {
+			case e.value == nil || err != nil:
 				known = false
-			case hdr == nil || h.Version > hdr.Version:
-				hdr = h
+			case hdr == nil || v.Version > hdr.Version:
+				h := v.Header
+				h.Fields = slices.Clone(h.Fields) // not the whole piece
+				hdr = &h
 			}
-			s.cur, s.ok = s.next()
 		}
-		user, split, _, _ := format.ParseKey(low)
-		it := healItem{user: user, split: split, onlyFor: i, at: low}
-		if known && hdr != nil {
+		user, split, _, _ := format.ParseKey(m.key)
+		it := healItem{user: user, split: split, onlyFor: i, at: m.key}
+		if known {
 			if !a.onDevice(user, split, hdr, i) {
 				continue
 			}
@@ -341,76 +312,15 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, emit func(hea
 			return ctx.Err()
 		}
 	}
-	var errs []error
-	for _, s := range srcs {
-		if s.err != nil && !errors.Is(s.err, device.ErrDeviceFailed) {
-			errs = append(errs, s.err)
+	var list []error
+	for _, err := range errs {
+		// A neighbour that fails is marked so by the repairs; the keys
+		// it listed alone have no other piece to restore from.
+		if err != nil && !errors.Is(err, device.ErrDeviceFailed) {
+			list = append(list, err)
 		}
 	}
-	return errors.Join(errs...)
-}
-
-// scanDevice yields device d's data keys (from start) whose split's
-// primary is at most w-1 before device i, in ascending order, with their
-// headers when d hands out values. A device that does not iterate in
-// order has its keys collected and sorted first. The first error is left
-// in *errp.
-func (a *Array) scanDevice(ctx context.Context, d, i, w int, start []byte, errp *error) iter.Seq[scanned] {
-	n := a.env.N()
-	dev := a.devs[d]
-	near := func(k []byte) bool {
-		user, split, kind, err := format.ParseKey(k)
-		return err == nil && kind == format.KindData && (i-a.primary(user, a.logical(split))+n)%n < w
-	}
-	return func(yield func(scanned) bool) {
-		info, err := dev.Info(ctx)
-		if err != nil {
-			*errp = fmt.Errorf("list keys on device %d: %w", d, err)
-			return
-		}
-		_, values := dev.(device.Scanner)
-		if !info.Ordered {
-			var keys [][]byte
-			err := dev.Iterate(ctx, nil, func(k []byte) error {
-				if near(k) && (start == nil || bytes.Compare(k, start) >= 0) {
-					keys = append(keys, slices.Clone(k))
-				}
-				return nil
-			})
-			if err != nil {
-				*errp = fmt.Errorf("list keys on device %d: %w", d, err)
-				return
-			}
-			slices.SortFunc(keys, bytes.Compare)
-			for _, k := range keys {
-				if !yield(scanned{key: k}) {
-					return
-				}
-			}
-			return
-		}
-		stopped := errors.New("stopped")
-		err = device.Scan(ctx, dev, nil, start, values, func(k, v []byte) error {
-			if !near(k) {
-				return nil
-			}
-			s := scanned{key: slices.Clone(k)}
-			if values {
-				if dv, err := format.Decode(v); err == nil {
-					h := dv.Header
-					h.Fields = slices.Clone(h.Fields)
-					s.hdr = &h
-				}
-			}
-			if !yield(s) {
-				return stopped
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, stopped) {
-			*errp = fmt.Errorf("list keys on device %d: %w", d, err)
-		}
-	}
+	return errors.Join(list...)
 }
 
 // onDevice reports whether the value a scanned piece belongs to (split
