@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/internal/merge"
 	"github.com/kvarray/kvarray/mechanism"
 )
 
@@ -22,10 +23,7 @@ import (
 
 // scanEntry is one internal key a device holds, with its value when the
 // scan asked for values and the device hands them out.
-type scanEntry struct {
-	key   []byte
-	value []byte
-}
+type scanEntry = merge.Entry[[]byte]
 
 // sortedScan yields device d's internal keys that start with prefix, are
 // not less than start and satisfy keep, in ascending order, with their
@@ -59,7 +57,7 @@ func (a *Array) sortedScan(ctx context.Context, d int, prefix, start []byte, val
 			}
 			slices.SortFunc(keys, bytes.Compare)
 			for _, k := range keys {
-				if !yield(scanEntry{key: k}) {
+				if !yield(scanEntry{Key: k}) {
 					return
 				}
 			}
@@ -70,63 +68,13 @@ func (a *Array) sortedScan(ctx context.Context, d int, prefix, start []byte, val
 			if !keep(k) {
 				return nil
 			}
-			if !yield(scanEntry{key: slices.Clone(k), value: slices.Clone(v)}) {
+			if !yield(scanEntry{Key: slices.Clone(k), Val: slices.Clone(v)}) {
 				return stopped
 			}
 			return nil
 		})
 		if err != nil && !errors.Is(err, stopped) {
 			*errp = fmt.Errorf("device %d (%s): %w", d, a.env.Name(d), err)
-		}
-	}
-}
-
-// merged is one key of an ordered merge, with the entry of every source
-// that holds it.
-type merged struct {
-	key     []byte
-	entries []scanEntry
-}
-
-// mergeScans merges ascending streams into one ascending stream of
-// distinct keys, pulling from each source only as far as the merge has
-// gone: at most one entry per source is held.
-func mergeScans(srcs []iter.Seq[scanEntry]) iter.Seq[merged] {
-	return func(yield func(merged) bool) {
-		type head struct {
-			next func() (scanEntry, bool)
-			cur  scanEntry
-			ok   bool
-		}
-		heads := make([]*head, 0, len(srcs))
-		for _, s := range srcs {
-			h := &head{}
-			var stop func()
-			h.next, stop = iter.Pull(s)
-			defer stop()
-			h.cur, h.ok = h.next()
-			heads = append(heads, h)
-		}
-		for {
-			var low []byte
-			for _, h := range heads {
-				if h.ok && (low == nil || bytes.Compare(h.cur.key, low) < 0) {
-					low = h.cur.key
-				}
-			}
-			if low == nil {
-				return
-			}
-			m := merged{key: low}
-			for _, h := range heads {
-				if h.ok && bytes.Equal(h.cur.key, low) {
-					m.entries = append(m.entries, h.cur)
-					h.cur, h.ok = h.next()
-				}
-			}
-			if !yield(m) {
-				return
-			}
 		}
 	}
 }
@@ -194,17 +142,17 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 	var extra []scanEntry
 	for _, k := range more {
 		if after == nil || bytes.Compare(k, after) > 0 {
-			extra = append(extra, scanEntry{key: format.Key(k, 0, format.KindData)})
+			extra = append(extra, scanEntry{Key: format.Key(k, 0, format.KindData)})
 		}
 	}
 	srcs = append(srcs, slices.Values(extra))
 	complete := true
-	for m := range mergeScans(srcs) {
+	for m := range merge.Sorted(srcs) {
 		if len(keys) == count {
 			complete = false
 			break
 		}
-		user, _, _, _ := format.ParseKey(m.key)
+		user, _, _, _ := format.ParseKey(m.Key)
 		keys = append(keys, user)
 	}
 	for i, err := range errs {

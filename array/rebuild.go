@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/internal/merge"
 	"github.com/kvarray/kvarray/mechanism"
 )
 
@@ -286,13 +287,13 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, emit func(hea
 		}
 		srcs = append(srcs, a.sortedScan(ctx, d, nil, start, true, near, &errs[d]))
 	}
-	for m := range mergeScans(srcs) {
+	for m := range merge.Sorted(srcs) {
 		var hdr *format.Header
 		known := true
-		for _, e := range m.entries {
-			v, err := format.Decode(e.value)
+		for _, e := range m.Entries {
+			v, err := format.Decode(e.Val)
 			switch {
-			case e.value == nil || err != nil:
+			case e.Val == nil || err != nil:
 				known = false
 			case hdr == nil || v.Version > hdr.Version:
 				h := v.Header
@@ -300,8 +301,8 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, emit func(hea
 				hdr = &h
 			}
 		}
-		user, split, _, _ := format.ParseKey(m.key)
-		it := healItem{user: user, split: split, onlyFor: i, at: m.key}
+		user, split, _, _ := format.ParseKey(m.Key)
+		it := healItem{user: user, split: split, onlyFor: i, at: m.Key}
 		if known {
 			if !a.onDevice(user, split, hdr, i) {
 				continue
