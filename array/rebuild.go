@@ -255,7 +255,10 @@ func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (Rebuild
 		}
 		return nil
 	}
-	rep, err := a.heal(ctx, i, source, func(at []byte, count int64) { a.saveCheckpoint(ctx, i, at, skipped+count) }, opts)
+	// One restoring context for the whole rebuild: its repairs do not
+	// read device i, and their writes to it share batches.
+	rctx := mechanism.WithRestoring(ctx, i)
+	rep, err := a.heal(rctx, i, source, func(at []byte, count int64) { a.saveCheckpoint(ctx, i, at, skipped+count) }, opts)
 	rep.Skipped = skipped
 	return rep, err
 }
@@ -604,7 +607,8 @@ func (a *Array) healOne(ctx context.Context, it healItem) (int, int64, error) {
 
 // restoreScanned restores on device it.onlyFor the piece of a value that a
 // rebuild's scan found on its neighbours, with one call to the value's
-// mechanism's Repair that does not read the device being restored. It
+// mechanism's Repair (under Rebuild's restoring context: it does not
+// read the device being restored, and its write shares a batch). It
 // reports false, having changed nothing that a full repair would not,
 // when the fast path does not apply: a huge value, a mechanism with
 // pieces beyond the data key (Packing), or a repair that fails (the value
@@ -622,7 +626,7 @@ func (a *Array) restoreScanned(ctx context.Context, it healItem) (int, int64, bo
 	var n int
 	_, err := a.run(ctx, it.user, "repair", func() ([]byte, error) {
 		var err error
-		n, err = m.Repair(mechanism.WithRestoring(ctx, it.onlyFor), a.key(it.user, 0), h)
+		n, err = m.Repair(ctx, a.key(it.user, 0), h)
 		return nil, err
 	})
 	switch {
@@ -636,11 +640,11 @@ func (a *Array) restoreScanned(ctx context.Context, it healItem) (int, int64, bo
 
 // restoreKey restores on device dev, under key's lock, the pieces of key's
 // value that belong there: it locates the value (one read of its primary)
-// and has its mechanism repair each split whose pieces can be on dev,
-// without reading dev. Unlike repair it sweeps no orphans: a rebuild
+// and has its mechanism repair each split whose pieces can be on dev
+// (under Rebuild's restoring context, see mechanism.WithRestoring: dev
+// is not read). Unlike repair it sweeps no orphans: a rebuild
 // restores what belongs on the device, and Scrub removes what does not.
 func (a *Array) restoreKey(ctx context.Context, key []byte, dev int) (int, int64, error) {
-	ctx = mechanism.WithRestoring(ctx, dev)
 	l, err := a.locate(ctx, a.key(key, 0))
 	if err != nil {
 		return 0, 0, err

@@ -129,8 +129,8 @@ var ErrStale = errors.New("stale: the device missed writes of this key")
 // value. Ops for a Failed device are not sent: a device that comes back
 // may have missed writes, so only Resync or Rebuild re-admit it.
 func (e *Env) Do(ctx context.Context, ops []Op) {
-	if rest, at := e.skipRestoringReads(ctx, ops); at != nil {
-		e.Do(context.WithValue(ctx, restoringKey{}, -1), rest)
+	if sctx, rest, at := e.skipRestoringReads(ctx, ops); at != nil {
+		e.Do(sctx, rest)
 		for j, i := range at {
 			ops[i] = rest[j]
 		}
@@ -242,6 +242,9 @@ func (e *Env) batch(ctx context.Context, dev int, b []device.Op) error {
 			b[i].Err = ErrMarkedFailed
 		}
 		return ErrMarkedFailed
+	}
+	if r := restoringFrom(ctx); r != nil && r.dev == dev {
+		return r.comb.do(ctx, e.devs[dev], b)
 	}
 	return e.devs[dev].Batch(ctx, b)
 }
