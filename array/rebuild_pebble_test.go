@@ -16,10 +16,12 @@ import (
 )
 
 // TestMeasureRebuildPebble is the rebuild experiment on Pebble devices:
-// KVARRAY_REBUILD_PEBBLE_N values of 4 KiB stored with replication in a
+// KVARRAY_REBUILD_PEBBLE_N values of 4 KiB stored with replication (or
+// KVARRAY_REBUILD_RM) in a
 // standalone array of 6 devices under KVARRAY_REBUILD_DIR (default: a
 // temporary directory), one device's directory removed and replaced by an
-// empty database, rebuilt. It reports pieces/s, MB/s written to the
+// empty database, rebuilt by KVARRAY_REBUILD_WORKERS workers (default
+// 32). It reports pieces/s, MB/s written to the
 // device, device operations per restored piece and the heap's peak; run
 // bench/rebuild.sh for the ratio to the disk's sequential write speed.
 //
@@ -44,7 +46,8 @@ func TestMeasureRebuildPebble(t *testing.T) {
 	for i := range devs {
 		devs[i] = open(i)
 	}
-	a, err := Create(ctx, devs, everyMechanism(), WithDefault("replication"))
+	rm := cmp.Or(os.Getenv("KVARRAY_REBUILD_RM"), "replication")
+	a, err := Create(ctx, devs, everyMechanism(), WithDefault(rm))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +107,7 @@ func TestMeasureRebuildPebble(t *testing.T) {
 		t.Fatal(err)
 	}
 	secs := rep.Elapsed.Seconds()
-	t.Logf("replication on pebble, %d workers: %d values stored in %v; rebuild restored %d pieces (%.1f MB) in %v: %.0f pieces/s, %.1f MB/s; peak heap %.0f MB",
-		cmp.Or(workers, 32), n, write.Round(time.Millisecond), rep.Repaired, float64(info.Used)/1e6, rep.Elapsed.Round(time.Millisecond),
+	t.Logf("%s on pebble, %d workers: %d values stored in %v; rebuild restored %d pieces (%.1f MB) in %v: %.0f pieces/s, %.1f MB/s; peak heap %.0f MB",
+		rm, cmp.Or(workers, 32), n, write.Round(time.Millisecond), rep.Repaired, float64(info.Used)/1e6, rep.Elapsed.Round(time.Millisecond),
 		float64(rep.Repaired)/secs, float64(info.Used)/1e6/secs, float64(peak)/1e6)
 }
