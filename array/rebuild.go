@@ -47,7 +47,7 @@ type keyRepairer interface {
 type Progress struct {
 	Dev       int
 	Keys      int64 // keys done
-	Total     int64 // keys to do (0 while still counting)
+	Total     int64 // keys to do (Rebuild: an estimate until its scan ends)
 	Bytes     int64 // user bytes repaired
 	Repaired  int64 // pieces rewritten or deleted
 	Failed    int64 // keys that could not be repaired
@@ -183,7 +183,7 @@ func (a *Array) Resync(ctx context.Context, i int, opts ...HealOption) (RebuildR
 	for _, k := range keys {
 		work = append(work, healItem{internal: k, onlyFor: -1})
 	}
-	return a.heal(ctx, i, healSlice(work), nil, opts)
+	return a.heal(ctx, i, healSlice(work), int64(len(work)), nil, opts)
 }
 
 // healItem is one key to repair: a user key, or an internal key that only
@@ -258,9 +258,28 @@ func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (Rebuild
 	// One restoring context for the whole rebuild: its repairs do not
 	// read device i, and their writes to it share batches.
 	rctx := mechanism.WithRestoring(ctx, i)
-	rep, err := a.heal(rctx, i, source, func(at []byte, count int64) { a.saveCheckpoint(ctx, i, at, skipped+count) }, opts)
+	rep, err := a.heal(rctx, i, source, a.rebuildEstimate(ctx, i)-skipped, func(at []byte, count int64) { a.saveCheckpoint(ctx, i, at, skipped+count) }, opts)
 	rep.Skipped = skipped
 	return rep, err
+}
+
+// rebuildEstimate is how many keys a rebuild of device i will repair, for
+// its progress until its scan ends: as many as the other devices hold on
+// average (pieces, not keys, but each restored piece is one key's).
+func (a *Array) rebuildEstimate(ctx context.Context, i int) int64 {
+	var sum, n int64
+	for d := range a.devs {
+		if d == i || a.env.State(d) == mechanism.Failed {
+			continue
+		}
+		if info, err := a.devs[d].Info(ctx); err == nil {
+			sum, n = sum+info.Keys, n+1
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / n
 }
 
 // scanItems emits, in internal key order from just after done, one item
@@ -375,12 +394,12 @@ func (a *Array) saveCheckpoint(ctx context.Context, i int, at []byte, count int6
 }
 
 // heal repairs the items source emits, workers at once, reporting
-// progress. Items with a scan position (Rebuild's) come first, in
+// progress (against estimate until source is done, then the count). Items with a scan position (Rebuild's) come first, in
 // ascending order: the position of the longest run of them that is done
 // is checkpointed now and then, with their count, and never past a key
 // that failed. When every item is repaired the device is marked healthy
 // and its rebuilding state cleared.
-func (a *Array) heal(ctx context.Context, dev int, source func(emit func(healItem) bool) error, checkpoint func([]byte, int64), opts []HealOption) (RebuildReport, error) {
+func (a *Array) heal(ctx context.Context, dev int, source func(emit func(healItem) bool) error, estimate int64, checkpoint func([]byte, int64), opts []HealOption) (RebuildReport, error) {
 	o := healOptions{workers: 16, every: time.Second}
 	for _, opt := range opts {
 		opt(&o)
@@ -388,6 +407,7 @@ func (a *Array) heal(ctx context.Context, dev int, source func(emit func(healIte
 	rep := RebuildReport{Dev: dev, Name: a.env.Name(dev)}
 	start := time.Now()
 	var keys, bytes, repaired, failed, total atomic.Int64
+	total.Store(max(estimate, 0))
 	var mu sync.Mutex
 	var errs []string
 	// The checkpoint: items are numbered as emitted; next is the first
