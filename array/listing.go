@@ -23,7 +23,13 @@ import (
 
 // scanEntry is one internal key a device holds, with its value when the
 // scan asked for values and the device hands them out.
-type scanEntry = merge.Entry[[]byte]
+type scanEntry = merge.Entry[scanned]
+
+// scanned is what a device's scan gave for one key.
+type scanned struct {
+	dev   int
+	value []byte // nil: not asked for, or the device does not hand values out
+}
 
 // sortedScan yields device d's internal keys that start with prefix, are
 // not less than start and satisfy keep, in ascending order, with their
@@ -57,7 +63,7 @@ func (a *Array) sortedScan(ctx context.Context, d int, prefix, start []byte, val
 			}
 			slices.SortFunc(keys, bytes.Compare)
 			for _, k := range keys {
-				if !yield(scanEntry{Key: k}) {
+				if !yield(scanEntry{Key: k, Val: scanned{dev: d}}) {
 					return
 				}
 			}
@@ -68,7 +74,7 @@ func (a *Array) sortedScan(ctx context.Context, d int, prefix, start []byte, val
 			if !keep(k) {
 				return nil
 			}
-			if !yield(scanEntry{Key: slices.Clone(k), Val: slices.Clone(v)}) {
+			if !yield(scanEntry{Key: slices.Clone(k), Val: scanned{dev: d, value: slices.Clone(v)}}) {
 				return stopped
 			}
 			return nil
@@ -142,7 +148,7 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 	var extra []scanEntry
 	for _, k := range more {
 		if after == nil || bytes.Compare(k, after) > 0 {
-			extra = append(extra, scanEntry{Key: format.Key(k, 0, format.KindData)})
+			extra = append(extra, scanEntry{Key: format.Key(k, 0, format.KindData), Val: scanned{dev: -1}})
 		}
 	}
 	srcs = append(srcs, slices.Values(extra))

@@ -201,6 +201,22 @@ type healItem struct {
 	split int
 	hdr   *format.Header
 	at    []byte
+	scan  *scanRead // nil: restore by repair
+}
+
+// scanRead is what a rebuild's scan read of a key on the other devices:
+// its pieces there, valid for the restore unless the key was written to
+// the device being rebuilt after generation gen of watch.
+type scanRead struct {
+	pieces []mechanism.Piece
+	watch  *mechanism.Watch
+	gen    uint64
+}
+
+// scanRestorer is implemented by mechanisms that can tell a device's piece
+// from the pieces of the other devices alone (Replication: a copy).
+type scanRestorer interface {
+	RestoreFrom(k mechanism.Key, dev int, pieces []mechanism.Piece) ([]byte, bool)
 }
 
 // Rebuild restores everything that belongs on device i, which must be
@@ -229,8 +245,14 @@ func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (Rebuild
 		return rep, fmt.Errorf("rebuild device %d (%s): it is %v, not being rebuilt (replace it first)", i, rep.Name, a.env.State(i))
 	}
 	done, skipped := a.checkpoint(ctx, i)
+	// Writes to i from here on are tracked: a key written since the scan
+	// began is restored from what the devices hold then, not from what
+	// the scan read.
+	watch := a.env.WatchWrites(i)
+	defer a.env.Unwatch(watch)
+	gen := watch.Gen()
 	source := func(emit func(healItem) bool) error {
-		if err := a.scanItems(ctx, i, done, emit); err != nil {
+		if err := a.scanItems(ctx, i, done, watch, gen, emit); err != nil {
 			return err
 		}
 		for _, m := range a.mechs {
@@ -288,7 +310,7 @@ func (a *Array) rebuildEstimate(ctx context.Context, i int) int64 {
 // those devices. With headers (every neighbour that holds the key a
 // device.Scanner), a key is emitted only when its own mechanism puts a
 // piece on i, and a huge value once, for its first split that does.
-func (a *Array) scanItems(ctx context.Context, i int, done []byte, emit func(healItem) bool) error {
+func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechanism.Watch, gen uint64, emit func(healItem) bool) error {
 	n := a.env.N()
 	w := min(a.maxWidth, n)
 	var start []byte
@@ -312,16 +334,16 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, emit func(hea
 	for m := range merge.Sorted(srcs) {
 		var hdr *format.Header
 		known := true
+		pieces := make([]mechanism.Piece, 0, len(m.Entries))
 		for _, e := range m.Entries {
-			v, err := format.Decode(e.Val)
+			v, err := format.Decode(e.Val.value)
 			switch {
-			case e.Val == nil || err != nil:
+			case e.Val.value == nil || err != nil:
 				known = false
 			case hdr == nil || v.Version > hdr.Version:
-				h := v.Header
-				h.Fields = slices.Clone(h.Fields) // not the whole piece
-				hdr = &h
+				hdr = &v.Header
 			}
+			pieces = append(pieces, mechanism.Piece{Dev: e.Val.dev, Value: v})
 		}
 		user, split, _, _ := format.ParseKey(m.Key)
 		it := healItem{user: user, split: split, onlyFor: i, at: m.Key}
@@ -329,7 +351,7 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, emit func(hea
 			if !a.onDevice(user, split, hdr, i) {
 				continue
 			}
-			it.hdr = hdr
+			it.hdr, it.scan = hdr, &scanRead{pieces: pieces, watch: watch, gen: gen}
 		}
 		if !emit(it) {
 			return ctx.Err()
@@ -645,8 +667,16 @@ func (a *Array) restoreScanned(ctx context.Context, it healItem) (int, int64, bo
 	}
 	var n int
 	_, err := a.run(ctx, it.user, "repair", func() ([]byte, error) {
+		k := a.key(it.user, 0)
+		if v, ok := a.fromScan(k, it, m); ok {
+			if err := a.env.Write(ctx, k.Data(), []int{it.onlyFor}, [][]byte{v}, 0); err != nil {
+				return nil, err
+			}
+			n = 1
+			return nil, nil
+		}
 		var err error
-		n, err = m.Repair(ctx, a.key(it.user, 0), h)
+		n, err = m.Repair(ctx, k, h)
 		return nil, err
 	})
 	switch {
@@ -690,4 +720,26 @@ func (a *Array) restoreKey(ctx context.Context, key []byte, dev int) (int, int64
 		total += c
 	}
 	return total, int64(h.ObjectLen), err
+}
+
+// fromScan returns the piece of k that device it.onlyFor must hold, from
+// what the scan read on the other devices, when that is still what they
+// hold: no write of k reached the device since the scan began (see
+// mechanism.Watch), no device the pieces came from missed a write of k,
+// and m can tell the piece from them. It runs under k's lock.
+func (a *Array) fromScan(k mechanism.Key, it healItem, m mechanism.Mechanism) ([]byte, bool) {
+	sr, ok := m.(scanRestorer)
+	if !ok || it.scan == nil {
+		return nil, false
+	}
+	key := k.Data()
+	if it.scan.watch.TouchedSince(key, it.scan.gen) {
+		return nil, false
+	}
+	for _, p := range it.scan.pieces {
+		if a.env.State(p.Dev) != mechanism.Healthy || a.env.Missing(p.Dev, key) {
+			return nil, false
+		}
+	}
+	return sr.RestoreFrom(k, it.onlyFor, it.scan.pieces)
 }
