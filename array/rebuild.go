@@ -229,9 +229,12 @@ type scanRestorer interface {
 // keys stream through the repair without being collected; where a
 // neighbour hands out values (device.Scanner) each piece's header tells
 // its mechanism, and a key whose mechanism keeps nothing on i costs
-// nothing. A key that has a piece on i is repaired by its mechanism once,
-// without reading i (see mechanism.WithRestoring): for Replication, the
-// other copies are read and i's is written. Orphans (pieces of deleted
+// nothing. A key that has a piece on i is restored once: from the
+// pieces the scan read, with one write, when its mechanism can tell i's
+// piece from them (Replication: every other copy identical) and no write
+// of the key reached i since the scan began (mechanism.Watch); otherwise
+// by its mechanism's repair, which reads the other devices, not i (see
+// mechanism.WithRestoring). Writes to i share device batches. Orphans (pieces of deleted
 // values, leftover splits) are not looked for: that is Scrub's job. Then
 // come the keys the mechanisms know of by other means (Packing's members
 // of sets with a piece on i), and the keys i missed while it was failed.
