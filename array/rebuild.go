@@ -213,10 +213,11 @@ type scanRead struct {
 	gen    uint64
 }
 
-// scanRestorer is implemented by mechanisms that can tell a device's piece
-// from the pieces of the other devices alone (Replication: a copy).
-type scanRestorer interface {
-	RestoreFrom(k mechanism.Key, dev int, pieces []mechanism.Piece) ([]byte, bool)
+// repairerWith is implemented by mechanisms whose repair can reuse pieces
+// already read (Replication, Hashing, Splitting): given every piece but
+// the rebuilt device's, it reads nothing and writes that one.
+type repairerWith interface {
+	RepairWith(ctx context.Context, k mechanism.Key, hint *format.Header, have []mechanism.Piece) (int, error)
 }
 
 // Rebuild restores everything that belongs on device i, which must be
@@ -229,12 +230,11 @@ type scanRestorer interface {
 // keys stream through the repair without being collected; where a
 // neighbour hands out values (device.Scanner) each piece's header tells
 // its mechanism, and a key whose mechanism keeps nothing on i costs
-// nothing. A key that has a piece on i is restored once: from the
-// pieces the scan read, with one write, when its mechanism can tell i's
-// piece from them (Replication: every other copy identical) and no write
-// of the key reached i since the scan began (mechanism.Watch); otherwise
-// by its mechanism's repair, which reads the other devices, not i (see
-// mechanism.WithRestoring). Writes to i share device batches. Orphans (pieces of deleted
+// nothing. A key that has a piece on i is restored once, by its
+// mechanism's repair: from the pieces the scan read (RepairWith: one
+// write, no read) when no write of the key reached i since the scan began
+// (mechanism.Watch); otherwise from the other devices, read again, never
+// from i (mechanism.WithRestoring). Writes to i share device batches. Orphans (pieces of deleted
 // values, leftover splits) are not looked for: that is Scrub's job. Then
 // come the keys the mechanisms know of by other means (Packing's members
 // of sets with a piece on i), and the keys i missed while it was failed.
@@ -671,15 +671,12 @@ func (a *Array) restoreScanned(ctx context.Context, it healItem) (int, int64, bo
 	var n int
 	_, err := a.run(ctx, it.user, "repair", func() ([]byte, error) {
 		k := a.key(it.user, 0)
-		if v, ok := a.fromScan(k, it, m); ok {
-			if err := a.env.Write(ctx, k.Data(), []int{it.onlyFor}, [][]byte{v}, 0); err != nil {
-				return nil, err
-			}
-			n = 1
-			return nil, nil
-		}
 		var err error
-		n, err = m.Repair(ctx, k, h)
+		if rw, ok := m.(repairerWith); ok && a.scanCurrent(k, it) {
+			n, err = rw.RepairWith(ctx, k, h, it.scan.pieces)
+		} else {
+			n, err = m.Repair(ctx, k, h)
+		}
 		return nil, err
 	})
 	switch {
@@ -725,24 +722,23 @@ func (a *Array) restoreKey(ctx context.Context, key []byte, dev int) (int, int64
 	return total, int64(h.ObjectLen), err
 }
 
-// fromScan returns the piece of k that device it.onlyFor must hold, from
-// what the scan read on the other devices, when that is still what they
-// hold: no write of k reached the device since the scan began (see
-// mechanism.Watch), no device the pieces came from missed a write of k,
-// and m can tell the piece from them. It runs under k's lock.
-func (a *Array) fromScan(k mechanism.Key, it healItem, m mechanism.Mechanism) ([]byte, bool) {
-	sr, ok := m.(scanRestorer)
-	if !ok || it.scan == nil {
-		return nil, false
+// scanCurrent reports whether the pieces of k the scan read (it.scan) are
+// still what the other devices hold: no write of k reached the rebuilt
+// device since the scan began (see mechanism.Watch), and every device
+// they came from is healthy and missed no write of k. It runs under k's
+// lock.
+func (a *Array) scanCurrent(k mechanism.Key, it healItem) bool {
+	if it.scan == nil {
+		return false
 	}
 	key := k.Data()
 	if it.scan.watch.TouchedSince(key, it.scan.gen) {
-		return nil, false
+		return false
 	}
 	for _, p := range it.scan.pieces {
 		if a.env.State(p.Dev) != mechanism.Healthy || a.env.Missing(p.Dev, key) {
-			return nil, false
+			return false
 		}
 	}
-	return sr.RestoreFrom(k, it.onlyFor, it.scan.pieces)
+	return true
 }

@@ -18,9 +18,13 @@ import (
 // for every key with a copy there, exactly the last acknowledged value
 // (none for a deleted key): never what the scan read before a write.
 func TestRebuildWhileKeysChange(t *testing.T) {
-	for round := range 3 {
-		t.Run(fmt.Sprint(round), func(t *testing.T) {
-			r := newRig(t, 6, everyMechanism(), WithDefault("replication"))
+	for round := range 4 {
+		rm, width := "replication", 3
+		if round%2 == 1 {
+			rm, width = "splitting", 6
+		}
+		t.Run(fmt.Sprint(rm, round), func(t *testing.T) {
+			r := newRig(t, 6, everyMechanism(), WithDefault(rm))
 			rng := newRand(t)
 			const n = 400
 			model := make([][]byte, n)
@@ -83,7 +87,7 @@ func TestRebuildWhileKeysChange(t *testing.T) {
 			for i := range n {
 				k := format.Key([]byte(key(i)), 0, format.KindData)
 				p := r.a.primary([]byte(key(i)), 0)
-				onDev := (dev-p+6)%6 < 3
+				onDev := (dev-p+6)%6 < width
 				b, err := r.mems[dev].Retrieve(ctx, k)
 				switch {
 				case model[i] == nil || !onDev:
@@ -93,7 +97,16 @@ func TestRebuildWhileKeysChange(t *testing.T) {
 				case err != nil:
 					t.Fatalf("%s: rebuilt device lacks its copy: %v", key(i), err)
 				default:
+					// A shard: it must be of the write the other
+					// shards are of, the value of which is the model's.
 					v, err := format.Decode(b)
+					if err == nil && rm == "splitting" {
+						other, oerr := r.piece((dev+1)%6, key(i), 0)
+						if oerr != nil || other.Version != v.Version {
+							t.Fatalf("%s: rebuilt device holds a shard of version %d, device %d of %d (%v)", key(i), v.Version, (dev+1)%6, other.Version, oerr)
+						}
+						v.Payload, err = r.a.Retrieve(ctx, []byte(key(i)))
+					}
 					if err != nil || !bytes.Equal(v.Payload, model[i]) {
 						t.Fatalf("%s: rebuilt device holds %q (%v), the last acknowledged value is %q", key(i), v.Payload, err, model[i])
 					}

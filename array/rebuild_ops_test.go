@@ -49,15 +49,15 @@ func TestRebuildOpsPerPiece(t *testing.T) {
 		// Device operations per restored piece, at most. Replication:
 		// the copy written from the copies the scan read (reading them
 		// again, when the key changed meanwhile, makes 3). Splitting: the
-		// 5 other shards read (its Repair verifies them all), one written.
+		// shard rebuilt from the other shards the scan read, written.
 		// Packing: the member located, its set's pieces read.
 		max float64
 	}{
 		{"replication", []Option{everyMechanism(), WithDefault("replication")}, 1000, 1},
 		{"hybrid-replication", hybridAll(), 1000, 1},
-		{"splitting", []Option{everyMechanism(), WithDefault("splitting")}, 1000, 6},
+		{"splitting", []Option{everyMechanism(), WithDefault("splitting")}, 1000, 1},
 		{"packing", []Option{everyMechanism(), WithDefault("packing")}, 1000, 12},
-		{"hybrid-mixed", hybridAll(), 0, 8},
+		{"hybrid-mixed", hybridAll(), 0, 5},
 	}
 	// Once per rebuild, not per piece: the checkpoint read, the header
 	// write that ends the rebuild, the checkpoint's delete.

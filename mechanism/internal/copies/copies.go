@@ -112,8 +112,7 @@ func (m *Mechanism) Retrieve(ctx context.Context, k mechanism.Key, have []mechan
 
 // Repair implements mechanism.Mechanism.
 func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.Header) (int, error) {
-	_, n, err := m.heal(ctx, k, nil)
-	return n, err
+	return m.RepairWith(ctx, k, hint, nil)
 }
 
 // heal reads all copies of k (reusing have), picks the newest good one and
@@ -186,28 +185,10 @@ func (m *Mechanism) Release(ctx context.Context, k mechanism.Key, prev *mechanis
 	return nil
 }
 
-// RestoreFrom returns the piece of split k that device dev must hold,
-// from pieces of it read elsewhere (a rebuild's scan of the other devices
-// of its span): when every other copy of the newest piece's geometry is
-// among them, good, ours and identical, dev's copy is that piece, and
-// nothing needs reading. It reports false otherwise (the caller repairs).
-func (m *Mechanism) RestoreFrom(k mechanism.Key, dev int, pieces []mechanism.Piece) ([]byte, bool) {
-	if len(pieces) == 0 || !pieces[0].OK() || !m.mine(&pieces[0].Value.Header) {
-		return nil, false
-	}
-	best := &pieces[0].Value
-	span := m.env.Span(k, 0, m.copiesOf(&best.Header))
-	if !slices.Contains(span, dev) {
-		return nil, false
-	}
-	for _, d := range span {
-		if d == dev {
-			continue
-		}
-		i := slices.IndexFunc(pieces, func(p mechanism.Piece) bool { return p.Dev == d })
-		if i < 0 || !pieces[i].OK() || !m.mine(&pieces[i].Value.Header) || !mechanism.SameBytes(&pieces[i].Value, best) {
-			return nil, false
-		}
-	}
-	return format.Encode(&best.Header, best.Payload), true
+// RepairWith is Repair reusing pieces already read (a rebuild's scan of
+// the other devices, still current): only the devices of the span that
+// have gives no piece for are read.
+func (m *Mechanism) RepairWith(ctx context.Context, k mechanism.Key, hint *format.Header, have []mechanism.Piece) (int, error) {
+	_, n, err := m.heal(ctx, k, have)
+	return n, err
 }
