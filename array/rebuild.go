@@ -2,8 +2,10 @@ package array
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/internal/merge"
 	"github.com/kvarray/kvarray/mechanism"
 )
 
@@ -44,7 +47,7 @@ type keyRepairer interface {
 type Progress struct {
 	Dev       int
 	Keys      int64 // keys done
-	Total     int64 // keys to do (0 while still counting)
+	Total     int64 // keys to do (Rebuild: an estimate until its scan ends)
 	Bytes     int64 // user bytes repaired
 	Repaired  int64 // pieces rewritten or deleted
 	Failed    int64 // keys that could not be repaired
@@ -176,7 +179,7 @@ func (a *Array) Resync(ctx context.Context, i int, opts ...HealOption) (RebuildR
 	for _, k := range keys {
 		work = append(work, healItem{internal: k, onlyFor: -1})
 	}
-	return a.heal(ctx, i, work, nil, opts)
+	return a.heal(ctx, i, healSlice(work), int64(len(work)), nil, opts)
 }
 
 // healItem is one key to repair: a user key, or an internal key that only
@@ -187,12 +190,50 @@ type healItem struct {
 	// onlyFor, when ≥ 0 (Rebuild), lets a key whose pieces cannot be on
 	// that device be skipped after one read of its header.
 	onlyFor int
+	// Of a piece a rebuild's scan found (see scanItems): its split
+	// number, the header of its newest copy on the neighbours (nil when
+	// a neighbour could not hand out values), and its internal key, the
+	// scan position that the checkpoint records once it is done.
+	split int
+	hdr   *format.Header
+	at    []byte
+	scan  *scanRead // nil: restore by repair
+}
+
+// scanRead is what a rebuild's scan read of a key on the other devices:
+// its pieces there, valid for the restore unless the key was written to
+// the device being rebuilt after generation gen of watch.
+type scanRead struct {
+	pieces []mechanism.Piece
+	watch  *mechanism.Watch
+	gen    uint64
+}
+
+// repairerWith is implemented by mechanisms whose repair can reuse pieces
+// already read (Replication, Hashing, Splitting): given every piece but
+// the rebuilt device's, it reads nothing and writes that one.
+type repairerWith interface {
+	RepairWith(ctx context.Context, k mechanism.Key, hint *format.Header, have []mechanism.Piece) (int, error)
 }
 
 // Rebuild restores everything that belongs on device i, which must be
 // Rebuilding (see ReplaceDevice), and marks it healthy when every key was
 // repaired. It is restartable: keys done by an interrupted run, recorded
 // on the device, are skipped.
+//
+// The neighbours that can share a key with i are scanned together, in
+// key order (an ordered merge, holding one entry per neighbour), so the
+// keys stream through the repair without being collected; where a
+// neighbour hands out values (device.Scanner) each piece's header tells
+// its mechanism, and a key whose mechanism keeps nothing on i costs
+// nothing. A key that has a piece on i is restored once, by its
+// mechanism's repair: from the pieces the scan read (RepairWith: one
+// write, no read) when no write of the key reached i since the scan began
+// (mechanism.Watch); otherwise from the other devices, read again, never
+// from i (mechanism.WithRestoring). Writes to i share device batches. Orphans (pieces of deleted
+// values, leftover splits) are not looked for: that is Scrub's job. Then
+// come the keys the mechanisms know of by other means (Packing's members
+// of sets with a piece on i), and the keys i missed while it was failed.
 func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (RebuildReport, error) {
 	rep := RebuildReport{Dev: i}
 	if err := a.checkDev(i); err != nil {
@@ -202,126 +243,237 @@ func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (Rebuild
 	if a.env.State(i) != mechanism.Rebuilding {
 		return rep, fmt.Errorf("rebuild device %d (%s): it is %v, not being rebuilt (replace it first)", i, rep.Name, a.env.State(i))
 	}
-	keys, err := a.rebuildKeys(ctx, i)
-	if err != nil {
-		return rep, fmt.Errorf("rebuild device %d (%s): %w", i, rep.Name, err)
-	}
-	done := a.checkpoint(ctx, i)
-	work := make([]healItem, 0, len(keys))
-	skipped := int64(0)
-	for _, k := range keys {
-		if done != nil && slices.Compare(k, done) <= 0 {
-			skipped++
-			continue
+	done, skipped := a.checkpoint(ctx, i)
+	// Writes to i from here on are tracked: a key written since the scan
+	// began is restored from what the devices hold then, not from what
+	// the scan read.
+	watch := a.env.WatchWrites(i)
+	defer a.env.Unwatch(watch)
+	gen := watch.Gen()
+	source := func(emit func(healItem) bool) error {
+		if err := a.scanItems(ctx, i, done, watch, gen, emit); err != nil {
+			return err
 		}
-		work = append(work, healItem{user: k, onlyFor: i})
+		for _, m := range a.mechs {
+			if rk, ok := m.(rebuildKeyedMechanism); ok {
+				more, err := rk.RebuildKeys(ctx, i)
+				if err != nil {
+					return err
+				}
+				for _, k := range more {
+					if !emit(healItem{user: k.User, onlyFor: i}) {
+						return nil
+					}
+				}
+			}
+		}
+		// Keys it missed while it was failed, before it was replaced by
+		// itself (its header says rebuilding).
+		for _, k := range a.env.Missed(i) {
+			if !emit(healItem{internal: k, onlyFor: -1}) {
+				return nil
+			}
+		}
+		return nil
 	}
-	// Keys it missed while it was failed, before it was replaced by
-	// itself (its header says rebuilding): after the scan, unordered.
-	for _, k := range a.env.Missed(i) {
-		work = append(work, healItem{internal: k, onlyFor: -1})
-	}
-	rep, err = a.heal(ctx, i, work, func(last []byte) { a.saveCheckpoint(ctx, i, last) }, opts)
+	// One restoring context for the whole rebuild: its repairs do not
+	// read device i, and their writes to it share batches.
+	rctx := mechanism.WithRestoring(ctx, i)
+	rep, err := a.heal(rctx, i, source, a.rebuildEstimate(ctx, i)-skipped, func(at []byte, count int64) { a.saveCheckpoint(ctx, i, at, skipped+count) }, opts)
 	rep.Skipped = skipped
 	return rep, err
 }
 
-// rebuildKeys lists the user keys that may have a piece on device i: keys
-// with a data key on a device at most maxWidth-1 away whose span covers i,
-// and the keys the mechanisms know of by other means. Sorted, each once.
-func (a *Array) rebuildKeys(ctx context.Context, i int) ([][]byte, error) {
+// rebuildEstimate is how many keys a rebuild of device i will repair, for
+// its progress until its scan ends: as many as the other devices hold on
+// average (pieces, not keys, but each restored piece is one key's).
+func (a *Array) rebuildEstimate(ctx context.Context, i int) int64 {
+	var sum, n int64
+	for d := range a.devs {
+		if d == i || a.env.State(d) == mechanism.Failed {
+			continue
+		}
+		if info, err := a.devs[d].Info(ctx); err == nil {
+			sum, n = sum+info.Keys, n+1
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / n
+}
+
+// scanItems emits, in internal key order from just after done, one item
+// per data key that may have a piece on device i: the keys on the devices
+// at most maxWidth-1 away whose placement span can cover i, merged across
+// those devices. With headers (every neighbour that holds the key a
+// device.Scanner), a key is emitted only when its own mechanism puts a
+// piece on i, and a huge value once, for its first split that does.
+func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechanism.Watch, gen uint64, emit func(healItem) bool) error {
 	n := a.env.N()
 	w := min(a.maxWidth, n)
-	var mu sync.Mutex
-	var keys [][]byte
-	var wg sync.WaitGroup
-	var errs []error
+	var start []byte
+	if done != nil {
+		start = append(slices.Clone(done), 0) // the least key after done
+	}
+	near := func(k []byte) bool {
+		user, split, kind, err := format.ParseKey(k)
+		return err == nil && kind == format.KindData && (i-a.primary(user, a.logical(split))+n)%n < w
+	}
+	errs := make([]error, n)
+	var srcs []iter.Seq[scanEntry]
 	for d := 0; d < n; d++ {
 		dist := (i - d + n) % n // how far d is before i
 		back := (d - i + n) % n // how far d is after i
 		if d == i || (dist >= w && back >= w) || a.env.State(d) == mechanism.Failed {
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var local [][]byte
-			err := a.devs[d].Iterate(ctx, nil, func(k []byte) error {
-				user, split, kind, err := format.ParseKey(k)
-				if err != nil || kind != format.KindData {
-					return nil
-				}
-				if off := (i - a.primary(user, a.logical(split)) + n) % n; off < w {
-					local = append(local, slices.Clone(user))
-				}
-				return nil
-			})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && !errors.Is(err, device.ErrDeviceFailed) {
-				errs = append(errs, fmt.Errorf("list keys on device %d: %w", d, err))
-			}
-			keys = append(keys, local...)
-		}()
+		srcs = append(srcs, a.sortedScan(ctx, d, nil, start, true, near, &errs[d]))
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	for _, m := range a.mechs {
-		if rk, ok := m.(rebuildKeyedMechanism); ok {
-			more, err := rk.RebuildKeys(ctx, i)
-			if err != nil {
-				return nil, err
+	for m := range merge.Sorted(srcs) {
+		var hdr *format.Header
+		known := true
+		pieces := make([]mechanism.Piece, 0, len(m.Entries))
+		for _, e := range m.Entries {
+			v, err := format.Decode(e.Val.value)
+			switch {
+			case e.Val.value == nil || err != nil:
+				known = false
+			case hdr == nil || v.Version > hdr.Version:
+				hdr = &v.Header
 			}
-			for _, k := range more {
-				keys = append(keys, k.User)
+			pieces = append(pieces, mechanism.Piece{Dev: e.Val.dev, Value: v})
+		}
+		user, split, _, _ := format.ParseKey(m.Key)
+		it := healItem{user: user, split: split, onlyFor: i, at: m.Key}
+		if known {
+			if !a.onDevice(user, split, hdr, i) {
+				continue
 			}
+			it.hdr, it.scan = hdr, &scanRead{pieces: pieces, watch: watch, gen: gen}
+		}
+		if !emit(it) {
+			return ctx.Err()
 		}
 	}
-	slices.SortFunc(keys, slices.Compare)
-	return slices.CompactFunc(keys, func(x, y []byte) bool { return slices.Equal(x, y) }), nil
+	var list []error
+	for _, err := range errs {
+		// A neighbour that fails is marked so by the repairs; the keys
+		// it listed alone have no other piece to restore from.
+		if err != nil && !errors.Is(err, device.ErrDeviceFailed) {
+			list = append(list, err)
+		}
+	}
+	return errors.Join(list...)
 }
 
-var checkpointKey = format.Key([]byte("\x00kvarray-rebuilt"), 0, format.KindArray)
+// onDevice reports whether the value a scanned piece belongs to (split
+// split of user, header h) has a piece under the data key on device dev,
+// counted once per value: for a huge value, only its first split whose
+// span covers dev says yes. Pieces the header shows are orphans (a split
+// past the value's end, or in the other bank) say no: Scrub sweeps them.
+// A mechanism that is not configured says yes, for the repair to report.
+func (a *Array) onDevice(user []byte, split int, h *format.Header, dev int) bool {
+	m, ok := a.byRM[h.RM]
+	if !ok {
+		return true
+	}
+	n := a.env.N()
+	s := a.logical(split)
+	if s >= int(max(h.Splits, 1)) || a.splitKey(user, s, h.Version).Split != split {
+		return false
+	}
+	for first := 0; first < int(max(h.Splits, 1)) && first < n; first++ {
+		if (dev-a.primary(user, first)+n)%n < m.Width() {
+			return first == s
+		}
+	}
+	return false
+}
 
-func (a *Array) checkpoint(ctx context.Context, i int) []byte {
+var checkpointKey = format.Key([]byte("\x00kvarray-rebuilt-at"), 0, format.KindArray)
+
+// checkpoint returns the internal key up to which an interrupted rebuild
+// of device i scanned and repaired, and how many keys that was.
+func (a *Array) checkpoint(ctx context.Context, i int) ([]byte, int64) {
 	b, err := a.devs[i].Retrieve(ctx, checkpointKey)
 	if err != nil {
-		return nil
+		return nil, 0
 	}
 	v, err := format.Decode(b)
-	if err != nil {
-		return nil
+	if err != nil || len(v.Payload) < 8 {
+		return nil, 0
 	}
-	return v.Payload
+	return v.Payload[8:], int64(binary.BigEndian.Uint64(v.Payload))
 }
 
-func (a *Array) saveCheckpoint(ctx context.Context, i int, last []byte) {
-	h := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(last)), ObjectLen: uint64(len(last))}
-	_ = a.devs[i].Store(context.WithoutCancel(ctx), checkpointKey, format.Encode(&h, last))
+func (a *Array) saveCheckpoint(ctx context.Context, i int, at []byte, count int64) {
+	p := binary.BigEndian.AppendUint64(nil, uint64(count))
+	p = append(p, at...)
+	h := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(p)), ObjectLen: uint64(len(p))}
+	_ = a.devs[i].Store(context.WithoutCancel(ctx), checkpointKey, format.Encode(&h, p))
 }
 
-// heal repairs work with bounded parallelism, reporting progress. With
-// checkpoint set (Rebuild), items are user keys in sorted order and the
-// longest prefix of them that is done is checkpointed now and then. When
-// every item is repaired the device is marked healthy and its rebuilding
-// state cleared.
-func (a *Array) heal(ctx context.Context, dev int, work []healItem, checkpoint func([]byte), opts []HealOption) (RebuildReport, error) {
+// heal repairs the items source emits, workers at once, reporting
+// progress (against estimate until source is done, then the count). Items with a scan position (Rebuild's) come first, in
+// ascending order: the position of the longest run of them that is done
+// is checkpointed now and then, with their count, and never past a key
+// that failed. When every item is repaired the device is marked healthy
+// and its rebuilding state cleared.
+func (a *Array) heal(ctx context.Context, dev int, source func(emit func(healItem) bool) error, estimate int64, checkpoint func([]byte, int64), opts []HealOption) (RebuildReport, error) {
 	o := healOptions{workers: 16, every: time.Second}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	rep := RebuildReport{Dev: dev, Name: a.env.Name(dev)}
 	start := time.Now()
-	var keys, bytes, repaired, failed atomic.Int64
-	doneFlags := make([]bool, len(work))
+	var keys, bytes, repaired, failed, total atomic.Int64
+	total.Store(max(estimate, 0))
 	var mu sync.Mutex
 	var errs []string
-	next := 0 // all items before next are done (for the checkpoint)
+	// The checkpoint: items are numbered as emitted; next is the first
+	// not known done, at and count describe the items before it.
+	var (
+		next, count int64
+		at          []byte
+		frozen      bool // an item failed: the checkpoint stays before it
+		doneAt      = map[int64][]byte{}
+	)
+	markDone := func(seq int64, it healItem, ok bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if frozen {
+			return
+		}
+		if !ok {
+			frozen = true
+			clear(doneAt)
+			return
+		}
+		doneAt[seq] = it.at
+		for {
+			p, ok := doneAt[next]
+			if !ok {
+				break
+			}
+			delete(doneAt, next)
+			next++
+			if p != nil {
+				at, count = p, count+1
+			}
+		}
+	}
+	saveAt := func() {
+		mu.Lock()
+		p, c := at, count
+		mu.Unlock()
+		if checkpoint != nil && p != nil {
+			checkpoint(p, c)
+		}
+	}
 	report := func(final bool) {
 		if o.progress != nil {
-			o.progress(Progress{Dev: dev, Keys: keys.Load(), Total: int64(len(work)), Bytes: bytes.Load(),
+			o.progress(Progress{Dev: dev, Keys: keys.Load(), Total: total.Load(), Bytes: bytes.Load(),
 				Repaired: repaired.Load(), Failed: failed.Load(), Elapsed: time.Since(start), Completed: final})
 		}
 	}
@@ -329,53 +481,74 @@ func (a *Array) heal(ctx context.Context, dev int, work []healItem, checkpoint f
 	if o.progress != nil {
 		tick = func() {
 			report(false)
-			var last []byte
-			mu.Lock()
-			if next > 0 {
-				last = work[next-1].user
-			}
-			mu.Unlock()
-			if checkpoint != nil && last != nil {
-				checkpoint(last)
-			}
+			saveAt()
 		}
 	}
 	stopTick := every(o.every, tick)
-	runPool(ctx, len(work), o.workers, func(j int) {
-		n, size, err := a.healOne(ctx, work[j])
-		keys.Add(1)
-		repaired.Add(int64(n))
-		bytes.Add(size)
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			failed.Add(1)
-			if len(errs) < 20 {
-				errs = append(errs, err.Error())
+	type job struct {
+		seq int64
+		it  healItem
+	}
+	jobs := make(chan job, o.workers)
+	var wg sync.WaitGroup
+	for range o.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				n, size, err := a.healOne(ctx, j.it)
+				if err == nil && ctx.Err() != nil {
+					// A repair cut short may skip its writes and still
+					// succeed (they are best effort for a read's repair):
+					// not done, so that the checkpoint does not pass it.
+					err = fmt.Errorf("repair %s: %w", shown(j.it.user), ctx.Err())
+				}
+				keys.Add(1)
+				repaired.Add(int64(n))
+				bytes.Add(size)
+				if err != nil {
+					failed.Add(1)
+					mu.Lock()
+					if len(errs) < 20 {
+						errs = append(errs, err.Error())
+					}
+					mu.Unlock()
+				}
+				markDone(j.seq, j.it, err == nil)
 			}
-			return
+		}()
+	}
+	var seq int64
+	srcErr := source(func(it healItem) bool {
+		if ctx.Err() != nil {
+			return false
 		}
-		doneFlags[j] = true
-		for next < len(work) && doneFlags[next] {
-			next++
-		}
+		jobs <- job{seq: seq, it: it}
+		seq++
+		return true
 	})
+	close(jobs)
+	wg.Wait()
 	stopTick()
+	if srcErr == nil {
+		total.Store(seq)
+	}
 	rep.Keys, rep.Bytes, rep.Repaired, rep.Failed = keys.Load(), bytes.Load(), repaired.Load(), failed.Load()
 	rep.Elapsed, rep.Errors = time.Since(start), errs
 	if err := ctx.Err(); err != nil {
-		if checkpoint != nil && next > 0 && work[next-1].user != nil {
-			checkpoint(work[next-1].user)
-		}
+		saveAt()
 		report(false)
-		return rep, fmt.Errorf("heal device %d: interrupted after %d of %d keys: %w", dev, rep.Keys, len(work), err)
+		return rep, fmt.Errorf("heal device %d: interrupted after %d keys: %w", dev, rep.Keys, err)
+	}
+	if srcErr != nil {
+		saveAt()
+		report(false)
+		return rep, fmt.Errorf("heal device %d (%s): list its keys: %w", dev, rep.Name, srcErr)
 	}
 	report(true)
 	if rep.Failed > 0 && (checkpoint == nil || a.othersImpaired(dev)) {
-		if checkpoint != nil && next > 0 && work[next-1].user != nil {
-			checkpoint(work[next-1].user)
-		}
-		return rep, fmt.Errorf("heal device %d (%s): %d of %d keys could not be repaired (first: %s)", dev, rep.Name, rep.Failed, len(work), errs[0])
+		saveAt()
+		return rep, fmt.Errorf("heal device %d (%s): %d of %d keys could not be repaired (first: %s)", dev, rep.Name, rep.Failed, seq, errs[0])
 	}
 	if a.env.State(dev) == mechanism.Rebuilding {
 		a.env.SetState(dev, mechanism.Healthy)
@@ -391,6 +564,18 @@ func (a *Array) heal(ctx context.Context, dev int, work []healItem, checkpoint f
 	return rep, nil
 }
 
+// healSlice is a heal source of a fixed list of items.
+func healSlice(items []healItem) func(func(healItem) bool) error {
+	return func(emit func(healItem) bool) error {
+		for _, it := range items {
+			if !emit(it) {
+				return nil
+			}
+		}
+		return nil
+	}
+}
+
 // othersImpaired reports whether a device other than dev is failed. A key
 // a rebuild cannot repair while no other device is failed is lost (its
 // only pieces were on replaced devices, as with Hashing on dev): the
@@ -403,25 +588,6 @@ func (a *Array) othersImpaired(dev int) bool {
 		}
 	}
 	return false
-}
-
-// mayHold reports whether device dev may hold a piece of key, from one
-// read of its header: the scan that lists a rebuild's keys goes as far as
-// the widest configured mechanism, but a value's own mechanism may be
-// narrower. Packing, huge values and anything unreadable say yes.
-func (a *Array) mayHold(ctx context.Context, key []byte, dev int) bool {
-	l, err := a.locate(ctx, a.key(key, 0))
-	if err != nil {
-		return true
-	}
-	if l.header().Splits != 1 {
-		return true
-	}
-	if _, ok := l.m.(rebuildKeyedMechanism); ok {
-		return true
-	}
-	off := (dev - a.primary(key, 0) + a.env.N()) % a.env.N()
-	return off < l.m.Width()
 }
 
 // healOne repairs one item under its key's lock.
@@ -449,13 +615,19 @@ func (a *Array) healOne(ctx context.Context, it healItem) (int, int64, error) {
 	if err := a.checkKey(user); err != nil {
 		return 0, 0, err
 	}
+	if it.hdr != nil {
+		if n, size, ok := a.restoreScanned(ctx, it); ok {
+			return n, size, nil
+		}
+	}
 	var n int
 	var size int64
 	_, err := a.run(ctx, user, "repair", func() ([]byte, error) {
-		if it.onlyFor >= 0 && !a.mayHold(ctx, user, it.onlyFor) {
-			return nil, nil
-		}
 		var err error
+		if it.onlyFor >= 0 {
+			n, size, err = a.restoreKey(ctx, user, it.onlyFor)
+			return nil, err
+		}
 		n, size, err = a.repairSized(ctx, user)
 		if split != 0 && (err == nil || errors.Is(err, ErrNotFound)) {
 			// repairSized's walk over leftover splits ends at the first
@@ -472,4 +644,97 @@ func (a *Array) healOne(ctx context.Context, it healItem) (int, int64, error) {
 		err = nil // deleted: swept of whatever was left
 	}
 	return n, size, err
+}
+
+// restoreScanned restores on device it.onlyFor the piece of a value that a
+// rebuild's scan found on its neighbours, with one call to the value's
+// mechanism's Repair (under Rebuild's restoring context: it does not
+// read the device being restored, and its write shares a batch). It
+// reports false, having changed nothing that a full repair would not,
+// when the fast path does not apply: a huge value, a mechanism with
+// pieces beyond the data key (Packing), or a repair that fails (the value
+// may have changed mechanism since the scan): healOne then locates the
+// key and repairs it in full.
+func (a *Array) restoreScanned(ctx context.Context, it healItem) (int, int64, bool) {
+	h := it.hdr
+	m, ok := a.byRM[h.RM]
+	if !ok || h.Splits != 1 || it.split != 0 {
+		return 0, 0, false
+	}
+	if _, keyed := m.(rebuildKeyedMechanism); keyed {
+		return 0, 0, false
+	}
+	var n int
+	_, err := a.run(ctx, it.user, "repair", func() ([]byte, error) {
+		k := a.key(it.user, 0)
+		var err error
+		if rw, ok := m.(repairerWith); ok && a.scanCurrent(k, it) {
+			n, err = rw.RepairWith(ctx, k, h, it.scan.pieces)
+		} else {
+			n, err = m.Repair(ctx, k, h)
+		}
+		return nil, err
+	})
+	switch {
+	case err == nil:
+		return n, int64(h.ObjectLen), true
+	case errors.Is(err, ErrNotFound) && n == 0:
+		return 0, 0, true // deleted since the scan
+	}
+	return 0, 0, false
+}
+
+// restoreKey restores on device dev, under key's lock, the pieces of key's
+// value that belong there: it locates the value (one read of its primary)
+// and has its mechanism repair each split whose pieces can be on dev
+// (under Rebuild's restoring context, see mechanism.WithRestoring: dev
+// is not read). Unlike repair it sweeps no orphans: a rebuild
+// restores what belongs on the device, and Scrub removes what does not.
+func (a *Array) restoreKey(ctx context.Context, key []byte, dev int) (int, int64, error) {
+	l, err := a.locate(ctx, a.key(key, 0))
+	if err != nil {
+		return 0, 0, err
+	}
+	h := *l.header()
+	_, keyed := l.m.(rebuildKeyedMechanism)
+	n := a.env.N()
+	counts := make([]int, h.Splits)
+	err = a.forSplits(ctx, int(h.Splits), func(s int) error {
+		k := a.splitKey(key, s, h.Version)
+		if !keyed && (dev-k.Primary+n)%n >= l.m.Width() {
+			return nil // its pieces are all on other devices
+		}
+		if s > 0 {
+			k.Want = h.Version
+		}
+		var err error
+		counts[s], err = l.m.Repair(ctx, k, &h)
+		return err
+	})
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	return total, int64(h.ObjectLen), err
+}
+
+// scanCurrent reports whether the pieces of k the scan read (it.scan) are
+// still what the other devices hold: no write of k reached the rebuilt
+// device since the scan began (see mechanism.Watch), and every device
+// they came from is healthy and missed no write of k. It runs under k's
+// lock.
+func (a *Array) scanCurrent(k mechanism.Key, it healItem) bool {
+	if it.scan == nil {
+		return false
+	}
+	key := k.Data()
+	if it.scan.watch.TouchedSince(key, it.scan.gen) {
+		return false
+	}
+	for _, p := range it.scan.pieces {
+		if a.env.State(p.Dev) != mechanism.Healthy || a.env.Missing(p.Dev, key) {
+			return false
+		}
+	}
+	return true
 }

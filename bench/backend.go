@@ -298,6 +298,14 @@ func (c *counting) Iterate(ctx context.Context, prefix []byte, fn func([]byte) e
 	return c.Device.Iterate(ctx, prefix, fn)
 }
 
+// Scan forwards device.Scan, counted as one iteration (the values it
+// hands out are sequential reads, not retrieves), so that a wrapped
+// Scanner keeps its seek and its values.
+func (c *counting) Scan(ctx context.Context, prefix, start []byte, values bool, fn func(key, value []byte) error) error {
+	c.iterates.Add(1)
+	return device.Scan(ctx, c.Device, prefix, start, values, fn)
+}
+
 func (c *counting) Batch(ctx context.Context, ops []device.Op) error {
 	err := c.Device.Batch(ctx, ops)
 	for i := range ops {

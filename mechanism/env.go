@@ -47,12 +47,18 @@ type Env struct {
 	limits device.Limits
 	states []atomic.Uint32
 	rec    records
+	// Write watches (see WatchWrites), per device, and the calls of Do
+	// in flight per epoch, which WatchWrites waits for.
+	watches  []atomic.Pointer[Watch]
+	epoch    atomic.Uint64
+	inflight [2]atomic.Int64
 }
 
 // NewEnv returns an Env over devs, whose names are used in errors. limits
 // must be the tightest limits across the devices.
 func NewEnv(devs []device.Device, names []string, limits device.Limits) *Env {
-	e := &Env{devs: devs, names: names, limits: limits, states: make([]atomic.Uint32, len(devs))}
+	e := &Env{devs: devs, names: names, limits: limits, states: make([]atomic.Uint32, len(devs)),
+		watches: make([]atomic.Pointer[Watch], len(devs))}
 	e.rec.missed = make([]map[string]*record, len(devs))
 	for i := range e.rec.missed {
 		e.rec.missed[i] = map[string]*record{}
@@ -129,6 +135,16 @@ var ErrStale = errors.New("stale: the device missed writes of this key")
 // value. Ops for a Failed device are not sent: a device that comes back
 // may have missed writes, so only Resync or Rebuild re-admit it.
 func (e *Env) Do(ctx context.Context, ops []Op) {
+	if sctx, rest, at := e.skipRestoringReads(ctx, ops); at != nil {
+		e.Do(sctx, rest)
+		for j, i := range at {
+			ops[i] = rest[j]
+		}
+		return
+	}
+	ep := e.enter()
+	defer e.exit(ep)
+	defer e.watchWrites(ctx, ops)()
 	if dr, ok := ctx.Value(dryRunKey{}).(*DryRun); ok {
 		reads, at := dr.skipWrites(ops)
 		e.do(ctx, reads)
@@ -235,6 +251,9 @@ func (e *Env) batch(ctx context.Context, dev int, b []device.Op) error {
 			b[i].Err = ErrMarkedFailed
 		}
 		return ErrMarkedFailed
+	}
+	if r := restoringFrom(ctx); r != nil && r.dev == dev {
+		return r.comb.do(ctx, e.devs[dev], b)
 	}
 	return e.devs[dev].Batch(ctx, b)
 }

@@ -1201,6 +1201,14 @@ func (x *setIndex) note(f *parityFields, v uint64) {
 		delete(x.sets, f.set)
 		return
 	}
+	// Decoded member keys alias their parity, data and all: the index
+	// keeps copies, so that it holds memberships, not parities.
+	own := *f
+	own.members = slices.Clone(f.members)
+	for i := range own.members {
+		own.members[i].key = slices.Clone(own.members[i].key)
+	}
+	f = &own
 	x.sets[f.set] = indexedSet{f: *f, version: v}
 	for _, mb := range f.members {
 		k := memberKey(mb.key, mb.split)
@@ -1271,6 +1279,9 @@ func (m *Mechanism) indexIncomplete() bool {
 }
 
 // buildIndexLocked reads every parity on every device that answers.
+// Parities are read indexChunk at a time while the device's keys are
+// listed, so the memory a build takes beyond the index itself (a set's
+// membership, not its parity data) does not grow with the number of sets.
 func (m *Mechanism) buildIndexLocked(ctx context.Context) error {
 	idx := newSetIndex()
 	idx.scanned = make([]bool, m.env.N())
@@ -1279,10 +1290,14 @@ func (m *Mechanism) buildIndexLocked(ctx context.Context) error {
 			continue
 		}
 		idx.scanned[d] = true
-		var keys [][]byte
+		keys := make([][]byte, 0, indexChunk)
 		err := m.env.Device(d).Iterate(ctx, setKeyPrefix, func(key []byte) error {
 			if _, _, kind, err := format.ParseKey(key); err == nil && kind == kindParity {
 				keys = append(keys, slices.Clone(key))
+			}
+			if len(keys) == indexChunk {
+				m.indexParities(ctx, idx, d, keys)
+				keys = keys[:0]
 			}
 			return nil
 		})
@@ -1292,31 +1307,39 @@ func (m *Mechanism) buildIndexLocked(ctx context.Context) error {
 			}
 			return fmt.Errorf("packing: index parities on device %d: %w", d, err)
 		}
-		// Through Env: a parity the device missed an update of reads as
-		// stale, not as the set's membership.
-		ops := make([]mechanism.Op, len(keys))
-		for j, key := range keys {
-			ops[j] = mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpRetrieve, Key: key}}
-		}
-		m.env.Do(ctx, ops)
-		for j := range ops {
-			if ops[j].Err != nil {
-				continue
-			}
-			v, err := format.Decode(ops[j].Result)
-			if err != nil {
-				continue
-			}
-			f, err := decodeParity(v.Fields)
-			if err != nil {
-				continue
-			}
-			m.ids.Observe(v.Version)
-			idx.note(&f, v.Version)
-		}
+		m.indexParities(ctx, idx, d, keys)
 	}
 	m.index = idx
 	return nil
+}
+
+// indexChunk is how many parities an index build reads at once.
+const indexChunk = 256
+
+// indexParities reads the parities keys of device d into idx. Through
+// Env: a parity the device missed an update of reads as stale, not as the
+// set's membership.
+func (m *Mechanism) indexParities(ctx context.Context, idx *setIndex, d int, keys [][]byte) {
+	ops := make([]mechanism.Op, len(keys))
+	for j, key := range keys {
+		ops[j] = mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpRetrieve, Key: key}}
+	}
+	m.env.Do(ctx, ops)
+	for j := range ops {
+		if ops[j].Err != nil {
+			continue
+		}
+		v, err := format.Decode(ops[j].Result)
+		if err != nil {
+			continue
+		}
+		f, err := decodeParity(v.Fields)
+		if err != nil {
+			continue
+		}
+		m.ids.Observe(v.Version)
+		idx.note(&f, v.Version)
+	}
 }
 
 // noteSet keeps a built index current with a set this process wrote.

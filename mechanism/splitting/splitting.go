@@ -371,7 +371,14 @@ func join(g *shape, pieces []mechanism.Piece, shards [][]byte) []byte {
 // Repair implements mechanism.Mechanism. It returns an error when a
 // rewrite failed, with the count of the rewrites that succeeded.
 func (m *splitting) Repair(ctx context.Context, k mechanism.Key, hint *format.Header) (int, error) {
-	r, err := m.heal(ctx, k, nil, m.widthOf(hint))
+	return m.RepairWith(ctx, k, hint, nil)
+}
+
+// RepairWith is Repair reusing pieces already read (a rebuild's scan of
+// the other devices, still current): only the devices of the span that
+// have gives no piece for are read.
+func (m *splitting) RepairWith(ctx context.Context, k mechanism.Key, hint *format.Header, have []mechanism.Piece) (int, error) {
+	r, err := m.heal(ctx, k, have, m.widthOf(hint))
 	if err != nil {
 		return 0, err
 	}

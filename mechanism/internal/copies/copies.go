@@ -112,8 +112,7 @@ func (m *Mechanism) Retrieve(ctx context.Context, k mechanism.Key, have []mechan
 
 // Repair implements mechanism.Mechanism.
 func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.Header) (int, error) {
-	_, n, err := m.heal(ctx, k, nil)
-	return n, err
+	return m.RepairWith(ctx, k, hint, nil)
 }
 
 // heal reads all copies of k (reusing have), picks the newest good one and
@@ -184,4 +183,12 @@ func (m *Mechanism) Release(ctx context.Context, k mechanism.Key, prev *mechanis
 		return fmt.Errorf("%s: release split %d of %q: %w", m.name, k.Split, k.User, err)
 	}
 	return nil
+}
+
+// RepairWith is Repair reusing pieces already read (a rebuild's scan of
+// the other devices, still current): only the devices of the span that
+// have gives no piece for are read.
+func (m *Mechanism) RepairWith(ctx context.Context, k mechanism.Key, hint *format.Header, have []mechanism.Piece) (int, error) {
+	_, n, err := m.heal(ctx, k, have)
+	return n, err
 }

@@ -1,0 +1,188 @@
+package array
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"slices"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/internal/merge"
+	"github.com/kvarray/kvarray/mechanism"
+)
+
+// Ordered listing. Every device iterates its internal keys in byte order
+// (or is sorted first, see sortedScan), and the split-0 data key of user
+// key u is u ‖ 0x00 0x00 0x00, which sorts as u does among user keys: so
+// an ordered merge of the devices' split-0 data keys is the user keys in
+// ascending order, and a listing resumes after any key with one seek per
+// device (device.Scanner).
+
+// scanEntry is one internal key a device holds, with its value when the
+// scan asked for values and the device hands them out.
+type scanEntry = merge.Entry[scanned]
+
+// scanned is what a device's scan gave for one key.
+type scanned struct {
+	dev   int
+	value []byte // nil: not asked for, or the device does not hand values out
+}
+
+// sortedScan yields device d's internal keys that start with prefix, are
+// not less than start and satisfy keep, in ascending order, with their
+// values when values is true and d is a device.Scanner (a device that is
+// not hands out no values, which callers treat as unknown). Entries are
+// the caller's to keep. A device that does not iterate in order has its
+// matching keys collected and sorted first: O(keys) memory and work for
+// it alone. The first error is left in *errp.
+func (a *Array) sortedScan(ctx context.Context, d int, prefix, start []byte, values bool, keep func([]byte) bool, errp *error) iter.Seq[scanEntry] {
+	dev := a.devs[d]
+	return func(yield func(scanEntry) bool) {
+		info, err := dev.Info(ctx)
+		if err != nil {
+			*errp = fmt.Errorf("device %d (%s): %w", d, a.env.Name(d), err)
+			return
+		}
+		if _, ok := dev.(device.Scanner); !ok {
+			values = false
+		}
+		if !info.Ordered {
+			var keys [][]byte
+			err := dev.Iterate(ctx, prefix, func(k []byte) error {
+				if bytes.Compare(k, start) >= 0 && keep(k) {
+					keys = append(keys, slices.Clone(k))
+				}
+				return nil
+			})
+			if err != nil {
+				*errp = fmt.Errorf("device %d (%s): %w", d, a.env.Name(d), err)
+				return
+			}
+			slices.SortFunc(keys, bytes.Compare)
+			for _, k := range keys {
+				if !yield(scanEntry{Key: k, Val: scanned{dev: d}}) {
+					return
+				}
+			}
+			return
+		}
+		stopped := errors.New("stopped")
+		err = device.Scan(ctx, dev, prefix, start, values, func(k, v []byte) error {
+			if !keep(k) {
+				return nil
+			}
+			if !yield(scanEntry{Key: slices.Clone(k), Val: scanned{dev: d, value: slices.Clone(v)}}) {
+				return stopped
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, stopped) {
+			*errp = fmt.Errorf("device %d (%s): %w", d, a.env.Name(d), err)
+		}
+	}
+}
+
+// ErrBadCount: a listing page size that is not positive.
+var ErrBadCount = errors.New("count must be positive")
+
+// KeysFrom returns, in ascending order, at most count user keys that start
+// with prefix and come after after (nil: from the first), and the cursor
+// to pass as after for the next page: the last key returned, or nil when
+// the listing is complete. It lists exactly what Keys lists, a page at a
+// time: a key present for the whole listing is returned exactly once, a
+// key stored or deleted meanwhile may or may not be. The work of a call
+// is proportional to count (one seek per device, then the keys up to the
+// page's end), except on devices that do not iterate in order or cannot
+// seek (Redis devices: their keys are walked on every call), and while a
+// device cannot list its keys (failed or being rebuilt), when the Packing
+// members only it held are found through their sets on every call.
+func (a *Array) KeysFrom(ctx context.Context, prefix, after []byte, count int) ([][]byte, []byte, error) {
+	if count <= 0 {
+		return nil, nil, fmt.Errorf("keys from %s: count %d: %w", shown(after), count, ErrBadCount)
+	}
+	if err := a.begin(); err != nil {
+		return nil, nil, err
+	}
+	defer a.end()
+	for range a.env.N() + 1 {
+		keys, next, failed, err := a.keysFrom(ctx, prefix, after, count)
+		if failed < 0 || err != nil {
+			return keys, next, err
+		}
+		// Its keys are listed by the devices holding their other pieces,
+		// once it is marked failed.
+		a.env.SetState(failed, mechanism.Failed)
+	}
+	return nil, nil, fmt.Errorf("keys from %s: devices keep failing: %w", shown(after), device.ErrDeviceFailed)
+}
+
+// keysFrom is one attempt at KeysFrom. failed ≥ 0 names a device that
+// failed during the listing and was not yet marked so: the caller marks
+// it and lists again.
+func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (keys [][]byte, next []byte, failed int, err error) {
+	n := a.env.N()
+	var start []byte
+	if after != nil {
+		// The least internal key past after's split-0 data key.
+		start = append(format.Key(after, 0, format.KindData), 0)
+	}
+	errs := make([]error, n)
+	var srcs []iter.Seq[scanEntry]
+	for i := 0; i < n; i++ {
+		keep := func(k []byte) bool {
+			user, split, kind, err := format.ParseKey(k)
+			return err == nil && kind == format.KindData && split == 0 && a.answersFor(i, user)
+		}
+		srcs = append(srcs, a.sortedScan(ctx, i, prefix, start, false, keep, &errs[i]))
+	}
+	// Keys only a device that cannot list them held: all of them, each
+	// call, and only while some device is not healthy.
+	more, err := a.unlistedKeys(ctx, prefix)
+	if err != nil {
+		return nil, nil, -1, err
+	}
+	slices.SortFunc(more, bytes.Compare)
+	var extra []scanEntry
+	for _, k := range more {
+		if after == nil || bytes.Compare(k, after) > 0 {
+			extra = append(extra, scanEntry{Key: format.Key(k, 0, format.KindData), Val: scanned{dev: -1}})
+		}
+	}
+	srcs = append(srcs, slices.Values(extra))
+	complete := true
+	for m := range merge.Sorted(srcs) {
+		if len(keys) == count {
+			complete = false
+			break
+		}
+		user, _, _, _ := format.ParseKey(m.Key)
+		keys = append(keys, user)
+	}
+	for i, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, device.ErrDeviceFailed) && a.env.State(i) != mechanism.Failed:
+			return nil, nil, i, nil
+		case errors.Is(err, device.ErrDeviceFailed):
+		default:
+			return nil, nil, -1, fmt.Errorf("keys from %s: %w", shown(after), err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, -1, err
+	}
+	if !complete {
+		next = keys[len(keys)-1]
+	}
+	return keys, next, -1, nil
+}
+
+// answersFor reports whether device i lists user key u: it is the key's
+// primary, or the primary cannot answer for itself (see Keys).
+func (a *Array) answersFor(i int, u []byte) bool {
+	p := a.primary(u, 0)
+	return p == i || a.env.State(p) != mechanism.Healthy
+}
