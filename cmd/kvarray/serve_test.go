@@ -90,7 +90,9 @@ func (s *serving) stop(t testing.TB) {
 }
 
 func (s *serving) client(t testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
+	// Generous timeouts: CI machines are small and busy, and KVARRAY.STATUS
+	// reads every value's header.
+	c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -830,9 +830,21 @@ func (d *Device) batchReads(ctx context.Context, ops []device.Op, reads []read, 
 	if len(reads) == 0 {
 		return
 	}
+	// fn works on its own copy: call may return (the device failed, the
+	// time limit passed) while fn still runs, and the caller then owns
+	// reads and the keys again. The copy is read back only once fn is done.
+	local := make([]read, len(reads))
+	for i, r := range reads {
+		local[i] = r
+		local[i].key = bytes.Clone(r.key)
+	}
+	kinds := make([]device.OpKind, len(ops))
+	for i := range ops {
+		kinds[i] = ops[i].Kind
+	}
 	err := d.call(ctx, false, func() error {
-		for i := range reads {
-			r := &reads[i]
+		for i := range local {
+			r := &local[i]
 			val, closer, err := d.db.Get(r.key)
 			switch {
 			case errors.Is(err, pdb.ErrNotFound):
@@ -840,7 +852,7 @@ func (d *Device) batchReads(ctx context.Context, ops []device.Op, reads []read, 
 				r.err = classify(err)
 			default:
 				r.found = true
-				if ops := ops[r.op].Kind; ops == device.OpRetrieve {
+				if kinds[r.op] == device.OpRetrieve {
 					r.value = make([]byte, len(val))
 					copy(r.value, val)
 				}
@@ -851,6 +863,9 @@ func (d *Device) batchReads(ctx context.Context, ops []device.Op, reads []read, 
 		}
 		return nil
 	})
+	if err == nil {
+		copy(reads, local)
+	}
 	for _, r := range reads {
 		op := &ops[r.op]
 		switch {
