@@ -40,6 +40,25 @@ func (r *rig) mechanismPieces() []map[string][]byte {
 	return out
 }
 
+// checkModel reads every key of keys: those in model must read back
+// their value, the others (deleted) must not read as any bytes: not found,
+// or unknown while their primary is down (they may have been Hashing
+// values).
+func (r *rig) checkModel(what string, keys []string, model map[string][]byte) {
+	r.t.Helper()
+	for _, k := range keys {
+		got, err := r.a.Retrieve(ctx, []byte(k))
+		want, ok := model[k]
+		switch {
+		case !ok && (errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable)):
+		case !ok:
+			r.t.Fatalf("%s: deleted key %s: %d bytes, %v; want not found", what, k, len(got), err)
+		case err != nil || string(got) != string(want):
+			r.t.Fatalf("%s: %s: %d bytes (%.20q), %v; want %d bytes (%.20q)", what, k, len(got), got, err, len(want), want)
+		}
+	}
+}
+
 func (r *rig) putBack(pieces []map[string][]byte) {
 	for i, m := range pieces {
 		for k, v := range m {
@@ -84,19 +103,7 @@ func TestScrubNeverRollsBackSupersededMembers(t *testing.T) {
 	r.putBack(old)
 	check := func(what string) {
 		t.Helper()
-		for _, k := range keys {
-			got, err := r.a.Retrieve(ctx, []byte(k))
-			want, ok := model[k]
-			switch {
-			case !ok && (errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable)):
-				// Deleted: not found, or unknown while its primary is down
-				// (it may have been a hashing value), never bytes.
-			case !ok:
-				t.Fatalf("%s: deleted key %s: %d bytes, %v; want not found", what, k, len(got), err)
-			case err != nil || string(got) != string(want):
-				t.Fatalf("%s: %s: %d bytes (%.20q), %v; want %d bytes (%.20q)", what, k, len(got), got, err, len(want), want)
-			}
-		}
+		r.checkModel(what, keys, model)
 	}
 	check("stale sets put back")
 	if _, err := r.a.Scrub(ctx, true); err != nil {
@@ -237,17 +244,7 @@ func TestPackingWritesWithinTolerance(t *testing.T) {
 					r.mems[d].Fail()
 					r.a.SetDeviceState(d, mechanism.Failed)
 				}
-				for _, k := range keys {
-					got, err := r.a.Retrieve(ctx, []byte(k))
-					want, ok := model[k]
-					switch {
-					case !ok && (errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable)):
-					case !ok:
-						t.Fatalf("devices %v failed: deleted %s reads %d bytes, %v", fail, k, len(got), err)
-					case err != nil || string(got) != string(want):
-						t.Fatalf("devices %v failed: %s: %d bytes, %v; want %d bytes", fail, k, len(got), err, len(want))
-					}
-				}
+				r.checkModel(fmt.Sprintf("devices %v failed", fail), keys, model)
 				for _, d := range fail {
 					r.mems[d].Recover()
 					r.a.SetDeviceState(d, mechanism.Healthy)

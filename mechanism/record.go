@@ -142,12 +142,7 @@ func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool)
 	e.rec.missed[dev][string(key)] = &record{deleted: deleted}
 	e.rec.mu.Unlock()
 
-	kind := byte(0)
-	if deleted {
-		kind = 1
-	}
-	h := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(key)), ObjectLen: uint64(len(key)), Fields: []byte{kind}}
-	val := format.Encode(&h, key)
+	val := recordValue(key, deleted)
 	rk := recordKey(dev, key)
 	var ops []Op
 	for i := 1; i < e.N() && len(ops) < recordCopies; i++ {
@@ -216,6 +211,41 @@ func (e *Env) clearMiss(ctx context.Context, dev int, key []byte) {
 	}
 }
 
+// adoptCopy reads the record copy k that device holder holds and takes it
+// into the records, holder among its holders.
+func (e *Env) adoptCopy(ctx context.Context, holder int, k []byte) {
+	b, err := e.devs[holder].Retrieve(ctx, k)
+	if err != nil {
+		return
+	}
+	target, key, ok := parseRecord(k, b, e.N())
+	if !ok {
+		return
+	}
+	v, _ := format.Decode(b)
+	e.rec.mu.Lock()
+	defer e.rec.mu.Unlock()
+	r := e.rec.missed[target][string(key)]
+	if r == nil {
+		r = &record{deleted: len(v.Fields) == 1 && v.Fields[0] == 1}
+		e.rec.missed[target][string(key)] = r
+	}
+	if !slices.Contains(r.holders, holder) {
+		r.holders = append(r.holders, holder)
+	}
+}
+
+// recordValue is the stored form of a record of key: the key, framed,
+// and whether the miss was a delete.
+func recordValue(key []byte, deleted bool) []byte {
+	kind := byte(0)
+	if deleted {
+		kind = 1
+	}
+	h := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(key)), ObjectLen: uint64(len(key)), Fields: []byte{kind}}
+	return format.Encode(&h, key)
+}
+
 // parseRecord decodes the record copy b stored under k: the device that
 // missed a write and the internal key it missed.
 func parseRecord(k, b []byte, n int) (dev int, key []byte, ok bool) {
@@ -264,25 +294,7 @@ func (e *Env) CatchUpRecords(ctx context.Context, dev int) error {
 		if slices.ContainsFunc(ops, func(op Op) bool { return string(op.Key) == string(k) }) {
 			continue // its deletion was missed: deleted below
 		}
-		b, err := e.devs[dev].Retrieve(ctx, k)
-		if err != nil {
-			continue
-		}
-		target, key, ok := parseRecord(k, b, e.N())
-		if !ok {
-			continue
-		}
-		v, _ := format.Decode(b)
-		e.rec.mu.Lock()
-		r := e.rec.missed[target][string(key)]
-		if r == nil {
-			r = &record{deleted: len(v.Fields) == 1 && v.Fields[0] == 1}
-			e.rec.missed[target][string(key)] = r
-		}
-		if !slices.Contains(r.holders, dev) {
-			r.holders = append(r.holders, dev)
-		}
-		e.rec.mu.Unlock()
+		e.adoptCopy(ctx, dev, k)
 	}
 	e.do(ctx, ops)
 	var errs []error
@@ -371,12 +383,7 @@ func (e *Env) copyRecord(ctx context.Context, target int, key []byte, deleted bo
 	}
 	have := slices.Clone(r.holders)
 	e.rec.mu.Unlock()
-	kind := byte(0)
-	if deleted {
-		kind = 1
-	}
-	h := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(key)), ObjectLen: uint64(len(key)), Fields: []byte{kind}}
-	val := format.Encode(&h, key)
+	val := recordValue(key, deleted)
 	rk := recordKey(target, key)
 	var ops []Op
 	for i := 1; i < e.N() && len(have)+len(ops) < recordCopies; i++ {
@@ -419,24 +426,7 @@ func (e *Env) LoadRecords(ctx context.Context) error {
 			continue
 		}
 		for _, k := range keys {
-			b, err := e.devs[d].Retrieve(ctx, k)
-			if err != nil {
-				continue
-			}
-			dev, key, ok := parseRecord(k, b, e.N())
-			if !ok {
-				continue
-			}
-			v, _ := format.Decode(b)
-			e.rec.mu.Lock()
-			m := e.rec.missed[dev]
-			r := m[string(key)]
-			if r == nil {
-				r = &record{deleted: len(v.Fields) == 1 && v.Fields[0] == 1}
-				m[string(key)] = r
-			}
-			r.holders = append(r.holders, d)
-			e.rec.mu.Unlock()
+			e.adoptCopy(ctx, d, k)
 		}
 	}
 	// Copies whose deletion their holder missed are not records.
