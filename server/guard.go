@@ -15,10 +15,12 @@ import (
 // parses the same framing as redcon as the bytes arrive, passes well-formed
 // input through unchanged, and:
 //
-//   - replaces a bulk string longer than maxBulk by a short placeholder
-//     (oversized), dropping its bytes as they arrive, so that the command
-//     gets an error reply ("value too large") and the connection stays in
-//     step without the server ever holding the bulk;
+//   - replaces a bulk string longer than maxBulk (and at most Redis's
+//     proto-max-bulk-len, 512 MiB) by a short placeholder (oversized),
+//     dropping its bytes as they arrive, so that the command gets an
+//     error reply ("value too large") and the connection stays in step
+//     without the server ever holding the bulk; a longer bulk length ends
+//     the connection with "invalid bulk length", as in Redis;
 //   - ends the connection with a protocol error, as Redis does, on framing
 //     redcon would choke on or that breaks a limit: a multibulk count over
 //     maxArgs, a header line over 32 bytes, an inline command over 64 KiB,
@@ -236,6 +238,11 @@ func (g *guard) header(out *output, readPos int) error {
 		return nil
 	}
 	if !ok || n < 0 {
+		return &protocolError{"invalid bulk length"}
+	}
+	if n > max(g.maxBulk, DefaultMaxBulk) {
+		// Past Redis's proto-max-bulk-len no value could be meant: end
+		// the connection as Redis does.
 		return &protocolError{"invalid bulk length"}
 	}
 	if n > g.maxBulk {
