@@ -193,7 +193,7 @@ func verifyHeaders(ctx context.Context, env *mechanism.Env) (header, []error, er
 	for i := range hs {
 		if errs[i] == nil && hs[i].id == id && hs[i].epoch < arr.vec[i] {
 			errs[i] = fmt.Errorf("device %d (%s) is %w: its header is of epoch %d, the array last wrote epoch %d to it, so it may hold old values; "+
-				"replace and rebuild it (kvarray replace %d --force, then kvarray rebuild %d): %w",
+				"remove its data, then replace and rebuild it (kvarray replace %d, kvarray rebuild %d): %w",
 				i, env.Name(i), ErrStaleCopy, hs[i].epoch, arr.vec[i], i, i, device.ErrDeviceFailed)
 		}
 	}
