@@ -1,7 +1,6 @@
 package array
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -613,6 +612,13 @@ func (a *Array) keys(ctx context.Context, prefix []byte) ([][]byte, error) {
 	return slices.CompactFunc(all, func(x, y []byte) bool { return compareBytes(x, y) == 0 }), nil
 }
 
+// memberLister is implemented by mechanisms whose split 0 can live on its
+// primary alone (Packing): it lists those of a device from what the other
+// devices hold.
+type memberLister interface {
+	Members(ctx context.Context, dev int, prefix []byte) ([][]byte, error)
+}
+
 // unlistedKeys returns the keys under prefix whose split 0 lives only on a
 // device that cannot list it (failed or being rebuilt) and that no other
 // device holds under its data key: Packing members, found through their
@@ -626,26 +632,23 @@ func (a *Array) unlistedKeys(ctx context.Context, prefix []byte) ([][]byte, erro
 			continue
 		}
 		for _, m := range a.mechs {
-			rk, ok := m.(rebuildKeyedMechanism)
+			ml, ok := m.(memberLister)
 			if !ok {
 				continue
 			}
-			cands, err := rk.RebuildKeys(ctx, i)
+			cands, err := ml.Members(ctx, i, prefix)
 			if err != nil {
 				return nil, fmt.Errorf("keys: members of device %d (%s): %w", i, a.env.Name(i), err)
 			}
-			for _, k := range cands {
-				if k.Split != 0 || k.Primary != i || !bytes.HasPrefix(k.User, prefix) {
-					continue
-				}
+			for _, key := range cands {
 				// A key that cannot be read now is left out, as a read
 				// would return no value for it.
-				ok, err := a.exists(ctx, k.User)
+				ok, err := a.exists(ctx, key)
 				if cerr := ctx.Err(); cerr != nil {
 					return nil, cerr
 				}
 				if ok && err == nil {
-					out = append(out, k.User)
+					out = append(out, key)
 				}
 			}
 		}

@@ -37,6 +37,7 @@
 package packing
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -1370,6 +1371,31 @@ func (m *Mechanism) RebuildKeys(ctx context.Context, dev int) ([]mechanism.Key, 
 		for _, mb := range s.f.members {
 			if onDev || mb.dev == dev {
 				out = append(out, mechanism.Key{User: mb.key, Split: mb.split, Primary: mb.dev})
+			}
+		}
+	}
+	return out, nil
+}
+
+// Members lists the user keys of the split-0 members whose primary is
+// device dev and that start with prefix, from the set index: built once
+// (when first needed, or when a device it could not read answers again)
+// and kept current with the sets this process writes, so a listing costs
+// a walk of the index, not a read of every parity. A member a newer write
+// superseded may be listed: the caller checks.
+func (m *Mechanism) Members(ctx context.Context, dev int, prefix []byte) ([][]byte, error) {
+	m.idxMu.Lock()
+	defer m.idxMu.Unlock()
+	if m.index == nil || m.indexIncomplete() {
+		if err := m.buildIndexLocked(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var out [][]byte
+	for _, s := range m.index.sets {
+		for _, mb := range s.f.members {
+			if mb.dev == dev && mb.split == 0 && bytes.HasPrefix(mb.key, prefix) {
+				out = append(out, mb.key)
 			}
 		}
 	}
