@@ -36,9 +36,11 @@ const (
 )
 
 type expiry struct {
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	life    sync.Mutex // guards stop, done, stopped: start and Shutdown may race
+	stop    chan struct{}
+	done    chan struct{}
+	stopped bool
+	once    sync.Once
 	// cursor is the oldest bucket not yet done. It is atomic because
 	// dueKeys reads it while a transaction (which excludes the cycle's
 	// batches) runs: it must never wait for the cycle.
@@ -47,6 +49,11 @@ type expiry struct {
 }
 
 func (s *Server) startExpiry() {
+	s.exp.life.Lock()
+	defer s.exp.life.Unlock()
+	if s.exp.stopped {
+		return // shut down before it started
+	}
 	s.exp.stop = make(chan struct{})
 	s.exp.done = make(chan struct{})
 	// Older buckets are covered by the loop's first pass over the whole
@@ -57,11 +64,15 @@ func (s *Server) startExpiry() {
 
 func (s *Server) stopExpiry() {
 	s.exp.once.Do(func() {
-		if s.exp.stop == nil {
+		s.exp.life.Lock()
+		s.exp.stopped = true
+		stop, done := s.exp.stop, s.exp.done
+		s.exp.life.Unlock()
+		if stop == nil {
 			return
 		}
-		close(s.exp.stop)
-		<-s.exp.done
+		close(stop)
+		<-done
 	})
 }
 
