@@ -68,9 +68,12 @@ type Input struct {
 // for bytes that are no value written). For Del: Deleted (0 or 1).
 type Output struct {
 	Unknown bool
-	Found   bool
-	Value   string
-	Deleted int64
+	// Cancelled: the outcome is unknown because the client gave up (its
+	// context ended: the test stopping), not because the server failed.
+	Cancelled bool
+	Found     bool
+	Value     string
+	Deleted   int64
 }
 
 // Model is the register-per-key model: a state is the id of the value a
@@ -194,7 +197,7 @@ func (r *Recorder) Add(client int, in Input, call int64, out Output, ret int64, 
 		if in.Kind == Get {
 			return
 		}
-		out, ret = Output{Unknown: true}, math.MaxInt64
+		out, ret = Output{Unknown: true, Cancelled: errors.Is(err, context.Canceled)}, math.MaxInt64
 	}
 	r.ops = append(r.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
 }
