@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/kvarray/kvarray/device"
@@ -38,6 +39,20 @@ func (r *rig) mechanismPieces() []map[string][]byte {
 		}
 	}
 	return out
+}
+
+// storePacked stores n keys k00, k01, … with random values of 100 to
+// 100+spread bytes concurrently, so that Packing (the rig's default) forms
+// full sets, and returns them.
+func (r *rig) storePacked(rng *rand.Rand, n, spread int) ([]string, [][]byte) {
+	var keys []string
+	var vals [][]byte
+	for i := 0; i < n; i++ {
+		keys = append(keys, fmt.Sprintf("k%02d", i))
+		vals = append(vals, randBytes(rng, 100+rng.IntN(spread)))
+	}
+	storeConcurrently(r.t, r.a, keys, vals)
+	return keys, vals
 }
 
 // checkModel reads every key of keys: those in model must read back
@@ -77,14 +92,7 @@ func (r *rig) putBack(pieces []map[string][]byte) {
 // key still reads its newest value (or stays deleted).
 func TestScrubNeverRollsBackSupersededMembers(t *testing.T) {
 	r := newRig(t, 6, everyMechanism(), WithDefault("packing"))
-	rng := newRand(t)
-	var keys []string
-	var vals [][]byte
-	for i := 0; i < 24; i++ {
-		keys = append(keys, fmt.Sprintf("k%02d", i))
-		vals = append(vals, randBytes(rng, 100+rng.IntN(3000)))
-	}
-	storeConcurrently(t, r.a, keys, vals)
+	keys, vals := r.storePacked(newRand(t), 24, 3000)
 	old := r.mechanismPieces()
 	model := map[string][]byte{}
 	for i, k := range keys {
@@ -200,13 +208,7 @@ func TestPackingWritesWithinTolerance(t *testing.T) {
 		t.Run(fmt.Sprint(down), func(t *testing.T) {
 			r := newRig(t, 6, everyMechanism(), WithDefault("packing"))
 			rng := newRand(t)
-			var keys []string
-			var vals [][]byte
-			for i := 0; i < 24; i++ {
-				keys = append(keys, fmt.Sprintf("k%02d", i))
-				vals = append(vals, randBytes(rng, 100+rng.IntN(2000)))
-			}
-			storeConcurrently(t, r.a, keys, vals)
+			keys, vals := r.storePacked(rng, 24, 2000)
 			model := map[string][]byte{}
 			for i, k := range keys {
 				model[k] = vals[i]
