@@ -134,7 +134,7 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 	for i := 0; i < n; i++ {
 		keep := func(k []byte) bool {
 			user, split, kind, err := format.ParseKey(k)
-			return err == nil && kind == format.KindData && split == 0 && a.answersFor(i, user)
+			return err == nil && format.HoldsPiece(kind) && split == 0 && a.answersFor(i, user)
 		}
 		srcs = append(srcs, a.sortedScan(ctx, i, prefix, start, false, keep, &errs[i]))
 	}
@@ -159,6 +159,12 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 			break
 		}
 		user, _, _, _ := format.ParseKey(m.Key)
+		if len(keys) > 0 && bytes.Equal(keys[len(keys)-1], user) || after != nil && bytes.Compare(user, after) <= 0 {
+			// Its data key and its bank key, from two devices (the bank
+			// key sorts after the data key: it may even come after
+			// after's).
+			continue
+		}
 		keys = append(keys, user)
 	}
 	for i, err := range errs {

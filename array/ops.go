@@ -46,6 +46,19 @@ type locator interface {
 	Locate(ctx context.Context, k mechanism.Key) (format.Header, bool, error)
 }
 
+// outOfPlace is implemented by mechanisms that write the pieces past the
+// primary under the key the version selects (mechanism.Banked): an
+// overwrite gets a version whose bank is not the replaced value's, and
+// overwrites only the primary's piece of it.
+type outOfPlace interface{ WritesOutOfPlace() bool }
+
+// banksPastPrimary reports whether m writes the pieces past the primary of
+// a write of version v under the bank key.
+func banksPastPrimary(m mechanism.Mechanism, v uint64) bool {
+	o, ok := m.(outOfPlace)
+	return ok && o.WritesOutOfPlace() && mechanism.Banked(1, v)
+}
+
 // needsPrevious is implemented by mechanisms that must be handed the
 // previous value of a split they overwrite (Packing), so the array reads
 // before writing for them even in standalone mode.
@@ -62,9 +75,7 @@ func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 	// wanted version is: ask the other devices as for a lost piece.
 	otherVersion := p.OK() && k.Want != 0 && p.Value.Version != k.Want
 	if otherVersion {
-		if w := min(a.maxWidth, a.env.N()); w > 1 {
-			have = append(have, a.env.ReadSpan(ctx, k, 1, w, nil)...)
-		}
+		have = a.readNeighbours(ctx, k, have)
 	}
 	if !p.OK() {
 		if err := ctx.Err(); err != nil {
@@ -86,9 +97,7 @@ func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 		// The primary cannot tell (failed, corrupt, stale, or being
 		// rebuilt): ask the devices that can hold pieces under the data
 		// key too, and trust the newest.
-		if w := min(a.maxWidth, a.env.N()); w > 1 {
-			have = append(have, a.env.ReadSpan(ctx, k, 1, w, nil)...)
-		}
+		have = a.readNeighbours(ctx, k, have)
 	}
 	best := -1
 	for i := range have {
@@ -142,7 +151,31 @@ func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 	if best == 0 {
 		l.payload = have[0].Value.Payload
 	}
+	if _, ok := m.(outOfPlace); !ok {
+		// Bank pieces are Splitting's alone: another mechanism must
+		// not take them for its pieces on their devices.
+		l.have = slices.DeleteFunc(have, func(p mechanism.Piece) bool { return p.Bank })
+	}
 	return l, nil
+}
+
+// readNeighbours appends to have the pieces of k on the devices past its
+// primary that can hold any, under the data key and the bank key.
+func (a *Array) readNeighbours(ctx context.Context, k mechanism.Key, have []mechanism.Piece) []mechanism.Piece {
+	w := min(a.maxWidth, a.env.N())
+	if w <= 1 {
+		return have
+	}
+	var bank []mechanism.Piece
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		bank = a.env.ReadBankSpan(ctx, k, 1, w, nil)
+	}()
+	have = append(have, a.env.ReadSpan(ctx, k, 1, w, nil)...)
+	wg.Wait()
+	return append(have, bank...)
 }
 
 // Store writes value under key, replacing any previous value.
@@ -267,6 +300,10 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 		}
 		return p
 	}
+	obj := mechanism.Object{Splits: uint32(n), ObjectLen: uint64(len(value)), Version: a.clock.Next()}
+	for !a.versionFits(obj.Version, m, n, prev) {
+		obj.Version = a.clock.Next()
+	}
 	// The new value is written first and what the old one leaves beyond it
 	// is released after: a store that fails midway then leaves the old
 	// value with all its redundancy, rather than neither value whole.
@@ -281,6 +318,9 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 					return nil // m.Store updates it in place
 				}
 				keep = m.Width()
+				if banksPastPrimary(m, obj.Version) {
+					keep = 1 // the old pieces past the primary were not touched
+				}
 			}
 			return prev.m.Release(ctx, a.splitKey(key, s, ph.Version), prevFor(s), keep)
 		})
@@ -288,10 +328,6 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 			return fmt.Errorf("release previous value: %w", err)
 		}
 		return nil
-	}
-	obj := mechanism.Object{Splits: uint32(n), ObjectLen: uint64(len(value)), Version: a.clock.Next()}
-	for a.banked && n > 1 && prevSplits > 1 && obj.Version&1 == ph.Version&1 {
-		obj.Version = a.clock.Next() // the other bank
 	}
 	sc := m.SplitCap()
 	storeSplit := func(s int) error {
@@ -332,6 +368,25 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 	// KVMD's num_user_key rule: the old mechanism removes what it stored
 	// past the devices the new one overwrote, and the excess splits.
 	return release()
+}
+
+// versionFits reports whether a store of n splits by m over prev (nil
+// when unknown) may take version v: a huge value over a huge value takes
+// the other bank of splits (bankBit), and a mechanism writing out of place
+// the other bank of pieces past the primary (mechanism.Banked) than what
+// prev's pieces there are under.
+func (a *Array) versionFits(v uint64, m mechanism.Mechanism, n int, prev *located) bool {
+	if prev == nil {
+		return true
+	}
+	ph := prev.header()
+	if a.banked && n > 1 && ph.Splits > 1 && v&1 == ph.Version&1 {
+		return false
+	}
+	if o, ok := m.(outOfPlace); ok && o.WritesOutOfPlace() {
+		return banksPastPrimary(m, v) != banksPastPrimary(prev.m, ph.Version)
+	}
+	return true
 }
 
 // readsBeforeWrite: hybrid stores must learn the previous mechanism; so
@@ -665,7 +720,7 @@ func (a *Array) deviceKeys(ctx context.Context, i int, prefix []byte) ([][]byte,
 	var keys [][]byte
 	err := a.devs[i].Iterate(ctx, prefix, func(k []byte) error {
 		user, split, kind, err := format.ParseKey(k)
-		if err != nil || kind != format.KindData || split != 0 {
+		if err != nil || !format.HoldsPiece(kind) || split != 0 {
 			return nil
 		}
 		if p := a.primary(user, 0); p == i || a.env.State(p) != mechanism.Healthy {
@@ -707,8 +762,13 @@ func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error)
 				return n, err
 			}
 			// Past the mechanism's width, no piece under the data key
-			// belongs to this value.
-			swept, err := a.sweep(ctx, k, l.m.Width())
+			// belongs to this value, nor any under the bank key unless
+			// its mechanism banks (and then it repaired that itself).
+			bankFrom := 1
+			if _, ok := l.m.(outOfPlace); ok {
+				bankFrom = l.m.Width()
+			}
+			swept, err := a.sweep(ctx, k, l.m.Width(), bankFrom)
 			return n + swept, err
 		}
 		// Split 0 first: its repair may settle on a newer version than
@@ -752,7 +812,7 @@ func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error)
 	}
 	for _, b := range a.leftoverBanks(splits, version) {
 		for s := b.from; s < a.maxSplits(); s++ {
-			n, err := a.sweep(ctx, a.splitKey(key, s, b.version), 0)
+			n, err := a.sweep(ctx, a.splitKey(key, s, b.version), 0, 0)
 			total += n
 			if err != nil {
 				return total, size, err
@@ -783,42 +843,59 @@ func (a *Array) sweepIfLeftover(ctx context.Context, key []byte, split int) (int
 		return 0, err
 	}
 	k := mechanism.Key{User: key, Split: split, Primary: a.primary(key, a.logical(split))}
-	return a.sweep(ctx, k, 0)
+	return a.sweep(ctx, k, 0, 0)
 }
 
-// sweep deletes the data-key pieces of k on the devices at offsets
-// [from, maxWidth) from its primary and returns how many there were.
-func (a *Array) sweep(ctx context.Context, k mechanism.Key, from int) (int, error) {
-	devs := a.env.Span(k, from, min(a.maxWidth, a.env.N()))
-	if len(devs) == 0 {
-		return 0, nil
+// sweep deletes the pieces of k under its data key on the devices at
+// offsets [from, maxWidth) from its primary, and under its bank key from
+// offset max(bankFrom, 1) (see mechanism.Banked), and returns how many
+// there were.
+func (a *Array) sweep(ctx context.Context, k mechanism.Key, from, bankFrom int) (int, error) {
+	w := min(a.maxWidth, a.env.N())
+	type target struct {
+		key  []byte
+		devs []int
 	}
-	ops := make([]mechanism.Op, len(devs))
-	for i, d := range devs {
-		ops[i] = mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpExist, Key: k.Data()}}
-	}
-	a.env.Do(ctx, ops)
-	var found, blind []int
-	var errs []error
-	for i := range ops {
-		switch {
-		case errors.Is(ops[i].Err, device.ErrDeviceFailed):
-			// Swept when it is resynced, before it serves again.
-		case errors.Is(ops[i].Err, mechanism.ErrStale):
-			blind = append(blind, ops[i].Dev) // whatever it holds goes
-		case ops[i].Err != nil:
-			errs = append(errs, ops[i].Err)
-		case ops[i].Found:
-			found = append(found, ops[i].Dev)
+	targets := []target{{k.Data(), a.env.Span(k, from, w)}, {k.Bank(), a.env.Span(k, max(bankFrom, 1), w)}}
+	var ops []mechanism.Op
+	for _, t := range targets {
+		for _, d := range t.devs {
+			ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpExist, Key: t.key}})
 		}
 	}
-	// Devices that cannot say (stale, being rebuilt) get a blind delete
-	// but do not count, so that the caller's walk over splits ends.
-	if err := a.env.Delete(ctx, k.Data(), append(found, blind...), 0); err != nil {
-		errs = append(errs, err)
+	if len(ops) == 0 {
+		return 0, nil
+	}
+	a.env.Do(ctx, ops)
+	count := 0
+	var errs []error
+	for _, t := range targets {
+		var found, blind []int
+		for i := range ops[:len(t.devs)] {
+			switch {
+			case errors.Is(ops[i].Err, device.ErrDeviceFailed):
+				// Swept when it is resynced, before it serves again.
+			case errors.Is(ops[i].Err, mechanism.ErrStale):
+				blind = append(blind, ops[i].Dev) // whatever it holds goes
+			case ops[i].Err != nil:
+				errs = append(errs, ops[i].Err)
+			case ops[i].Found:
+				found = append(found, ops[i].Dev)
+			}
+		}
+		ops = ops[len(t.devs):]
+		// Devices that cannot say (stale, being rebuilt) get a blind
+		// delete but do not count, so that the caller's walk over splits
+		// ends.
+		if devs := append(found, blind...); len(devs) > 0 {
+			if err := a.env.Delete(ctx, t.key, devs, 0); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		count += len(found)
 	}
 	if len(errs) > 0 {
 		return 0, fmt.Errorf("sweep orphans of split %d: %w", k.Split, errors.Join(errs...))
 	}
-	return len(found), nil
+	return count, nil
 }

@@ -1,6 +1,7 @@
 package array
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -200,6 +201,9 @@ type healItem struct {
 	scan  *scanRead // nil: restore by repair
 }
 
+// errNotScanned is the error of a piece a rebuild's scan found absent.
+var errNotScanned = fmt.Errorf("%w: absent from the rebuild's scan", device.ErrNotFound)
+
 // scanRead is what a rebuild's scan read of a key on the other devices:
 // its pieces there, valid for the restore unless the key was written to
 // the device being rebuilt after generation gen of watch.
@@ -318,21 +322,58 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 	}
 	near := func(k []byte) bool {
 		user, split, kind, err := format.ParseKey(k)
-		return err == nil && kind == format.KindData && (i-a.primary(user, a.logical(split))+n)%n < w
+		return err == nil && format.HoldsPiece(kind) && (i-a.primary(user, a.logical(split))+n)%n < w
 	}
 	errs := make([]error, n)
 	var srcs []iter.Seq[scanEntry]
+	var scanned []int
 	for d := 0; d < n; d++ {
 		dist := (i - d + n) % n // how far d is before i
 		back := (d - i + n) % n // how far d is after i
 		if d == i || (dist >= w && back >= w) || a.env.State(d) == mechanism.Failed {
 			continue
 		}
+		scanned = append(scanned, d)
 		srcs = append(srcs, a.sortedScan(ctx, d, nil, start, true, near, &errs[d]))
+	}
+	// absent completes the pieces of a key the scan read with the devices
+	// it scanned that hold none, under either key: as current as the
+	// pieces read (see scanCurrent), they spare the repair a read.
+	absent := func(pieces []mechanism.Piece) []mechanism.Piece {
+		for _, bank := range []bool{false, true} {
+			for _, d := range scanned {
+				if !slices.ContainsFunc(pieces, func(p mechanism.Piece) bool { return p.Dev == d && p.Bank == bank }) {
+					pieces = append(pieces, mechanism.Piece{Dev: d, Bank: bank, Err: errNotScanned})
+				}
+			}
+		}
+		return pieces
+	}
+	// A value whose pieces past the primary are under its bank key
+	// (mechanism.Banked) shows as two neighbouring keys, its data key
+	// (the primary's piece) and its bank key: they make one item.
+	var pending *healItem
+	var pendingKnown bool
+	flush := func() bool {
+		it := pending
+		pending = nil
+		if it == nil {
+			return true
+		}
+		if pendingKnown {
+			if !a.onDevice(it.user, it.split, it.hdr, i) {
+				return true
+			}
+			it.scan.pieces = absent(it.scan.pieces)
+		} else {
+			it.hdr, it.scan = nil, nil
+		}
+		return emit(*it)
 	}
 	for m := range merge.Sorted(srcs) {
 		var hdr *format.Header
 		known := true
+		user, split, kind, _ := format.ParseKey(m.Key)
 		pieces := make([]mechanism.Piece, 0, len(m.Entries))
 		for _, e := range m.Entries {
 			v, err := format.Decode(e.Val.value)
@@ -342,19 +383,26 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 			case hdr == nil || v.Version > hdr.Version:
 				hdr = &v.Header
 			}
-			pieces = append(pieces, mechanism.Piece{Dev: e.Val.dev, Value: v})
+			pieces = append(pieces, mechanism.Piece{Dev: e.Val.dev, Bank: kind == format.KindBank, Value: v})
 		}
-		user, split, _, _ := format.ParseKey(m.Key)
-		it := healItem{user: user, split: split, onlyFor: i, at: m.Key}
-		if known {
-			if !a.onDevice(user, split, hdr, i) {
-				continue
+		if pending != nil && kind == format.KindBank && pending.split == split && bytes.Equal(pending.user, user) {
+			pending.at = m.Key
+			pending.scan.pieces = append(pending.scan.pieces, pieces...)
+			if hdr != nil && (pending.hdr == nil || hdr.Version > pending.hdr.Version) {
+				pending.hdr = hdr
 			}
-			it.hdr, it.scan = hdr, &scanRead{pieces: pieces, watch: watch, gen: gen}
+			pendingKnown = pendingKnown && known
+			continue
 		}
-		if !emit(it) {
+		if !flush() {
 			return ctx.Err()
 		}
+		pending = &healItem{user: user, split: split, onlyFor: i, at: m.Key, hdr: hdr,
+			scan: &scanRead{pieces: pieces, watch: watch, gen: gen}}
+		pendingKnown = known && hdr != nil
+	}
+	if !flush() {
+		return ctx.Err()
 	}
 	var list []error
 	for _, err := range errs {
@@ -600,7 +648,7 @@ func (a *Array) healOne(ctx context.Context, it healItem) (int, int64, error) {
 		if err != nil {
 			return 0, 0, err
 		}
-		if kind != format.KindData {
+		if !format.HoldsPiece(kind) {
 			for _, m := range a.mechs {
 				if kr, ok := m.(keyRepairer); ok {
 					if handled, err := kr.RepairKey(ctx, it.internal); handled {
@@ -727,11 +775,18 @@ func (a *Array) scanCurrent(k mechanism.Key, it healItem) bool {
 	if it.scan == nil {
 		return false
 	}
-	key := k.Data()
-	if it.scan.watch.TouchedSince(key, it.scan.gen) {
+	data, bank := k.Data(), k.Bank()
+	if it.scan.watch.TouchedSince(data, it.scan.gen) || it.scan.watch.TouchedSince(bank, it.scan.gen) {
 		return false
 	}
 	for _, p := range it.scan.pieces {
+		if errors.Is(p.Err, errNotScanned) {
+			continue // what the scan did not find it did not read
+		}
+		key := data
+		if p.Bank {
+			key = bank
+		}
 		if a.env.State(p.Dev) != mechanism.Healthy || a.env.Missing(p.Dev, key) {
 			return false
 		}

@@ -71,7 +71,7 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 			user, _, kind, err := format.ParseKey(k)
 			switch {
 			case err != nil || kind == format.KindArray:
-			case kind == format.KindData:
+			case format.HoldsPiece(kind):
 				if !seen[string(user)] {
 					seen[string(user)] = true
 					items = append(items, healItem{user: slices.Clone(user), onlyFor: -1})

@@ -297,7 +297,9 @@ func (e *Env) settle(dev int, ops []Op, batchErr error) {
 
 // Piece is one piece read from a device and decoded.
 type Piece struct {
-	Dev   int
+	Dev int
+	// Bank: read from the split's bank key (Key.Bank), not its data key.
+	Bank  bool
 	Value format.Value
 	// Err is nil for a good piece; otherwise it wraps device.ErrNotFound,
 	// format.ErrCorrupt, device.ErrDeviceFailed or a context error.
@@ -425,6 +427,15 @@ func (e *Env) Span(k Key, from, to int) []int {
 // ReadSpan reads the data key of k from the devices at offsets [from, to)
 // after its primary, reusing the pieces in have that were already read.
 func (e *Env) ReadSpan(ctx context.Context, k Key, from, to int, have []Piece) []Piece {
+	return e.readSpan(ctx, k, false, from, to, have)
+}
+
+// ReadBankSpan is ReadSpan for the bank key of k (see Key.Bank).
+func (e *Env) ReadBankSpan(ctx context.Context, k Key, from, to int, have []Piece) []Piece {
+	return e.readSpan(ctx, k, true, from, to, have)
+}
+
+func (e *Env) readSpan(ctx context.Context, k Key, bank bool, from, to int, have []Piece) []Piece {
 	want := e.Span(k, from, to)
 	out := make([]Piece, len(want))
 	var missing []int
@@ -432,7 +443,7 @@ func (e *Env) ReadSpan(ctx context.Context, k Key, from, to int, have []Piece) [
 	for i, d := range want {
 		found := false
 		for _, p := range have {
-			if p.Dev == d {
+			if p.Dev == d && p.Bank == bank {
 				out[i], found = p, true
 				break
 			}
@@ -442,7 +453,12 @@ func (e *Env) ReadSpan(ctx context.Context, k Key, from, to int, have []Piece) [
 			at = append(at, i)
 		}
 	}
-	for j, p := range e.Read(ctx, k.Data(), missing) {
+	key := k.Data()
+	if bank {
+		key = k.Bank()
+	}
+	for j, p := range e.Read(ctx, key, missing) {
+		p.Bank = bank
 		out[at[j]] = p
 	}
 	return out
