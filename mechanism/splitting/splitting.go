@@ -586,50 +586,54 @@ func (m *splitting) heal(ctx context.Context, k mechanism.Key, have []mechanism.
 	}
 	var pieces []mechanism.Piece
 	var slots []slot
-read:
-	for {
-		pieces = append(pieces[:0], primary...)
-		for _, bank := range banks {
-			if bank {
-				pieces = append(pieces, m.env.ReadBankSpan(ctx, k, 1, w, have)...)
-			} else {
-				pieces = append(pieces, m.env.ReadSpan(ctx, k, 1, w, have)...)
+	// read reads the banks (past the primary) over [1, w), and again over
+	// a wider span while a good shard records a wider geometry.
+	read := func(banks []bool) {
+		for {
+			pieces = append(pieces[:0], primary...)
+			for _, bank := range banks {
+				if bank {
+					pieces = append(pieces, m.env.ReadBankSpan(ctx, k, 1, w, have)...)
+				} else {
+					pieces = append(pieces, m.env.ReadSpan(ctx, k, 1, w, have)...)
+				}
 			}
-		}
-		have = append(have, pieces...)
-		slots = make([]slot, len(pieces))
-		next := w
-		for j := range pieces {
-			p := &pieces[j]
-			off := (p.Dev - k.Primary + m.env.N()) % m.env.N()
-			slots[j].off = off
-			if !p.OK() {
-				continue
+			have = append(have, pieces...)
+			slots = make([]slot, len(pieces))
+			next := w
+			for j := range pieces {
+				p := &pieces[j]
+				off := (p.Dev - k.Primary + m.env.N()) % m.env.N()
+				slots[j].off = off
+				if !p.OK() {
+					continue
+				}
+				s, index, ok := m.parse(&p.Value)
+				switch {
+				case !ok:
+					p.Err = errForeign
+				case index != off:
+					p.Err = fmt.Errorf("%w: shard %d found at offset %d", errMisplace, index, off)
+				case mechanism.Banked(off, s.version) != p.Bank:
+					p.Err = fmt.Errorf("%w: version %d", errBank, s.version)
+				default:
+					slots[j].shape, slots[j].good = s, true
+					next = max(next, s.width())
+				}
 			}
-			s, index, ok := m.parse(&p.Value)
-			switch {
-			case !ok:
-				p.Err = errForeign
-			case index != off:
-				p.Err = fmt.Errorf("%w: shard %d found at offset %d", errMisplace, index, off)
-			case mechanism.Banked(off, s.version) != p.Bank:
-				p.Err = fmt.Errorf("%w: version %d", errBank, s.version)
-			default:
-				slots[j].shape, slots[j].good = s, true
-				next = max(next, s.width())
+			if next <= w {
+				return
 			}
+			w = next
 		}
-		if next <= w {
-			break
-		}
-		w = next
 	}
+	read(banks)
 	g, ok := choose(k, slots)
 	if !ok && len(banks) == 1 {
 		// The primary's write is not whole (a store cut short after its
 		// shard 0 landed): the value it replaced is in the other bank.
-		banks = []bool{false, true}
-		goto read
+		read([]bool{false, true})
+		g, ok = choose(k, slots)
 	}
 	if !ok {
 		if allNotFound(pieces) && k.Want == 0 {
