@@ -524,28 +524,38 @@ func (m *splitting) dropOtherBank(ctx context.Context, k mechanism.Key, r *heale
 }
 
 // Release implements mechanism.Mechanism. It removes the shards of both
-// banks: those of the other bank are what a store cut short left.
+// banks: those of the other bank are what a store cut short left. The
+// primary's shard goes first, alone: once it is gone the value is, and a
+// release cut short leaves no primary's shard short of its other shards.
 func (m *splitting) Release(ctx context.Context, k mechanism.Key, prev *mechanism.Prev, keep int) error {
 	w := m.widthOf(&prev.Header)
-	if keep >= w && !mechanism.Banked(1, prev.Header.Version) {
-		return nil
-	}
-	// The primary's shard first: once it is gone, the value is.
-	// Degraded: a device that misses the delete is recorded, and its
-	// shard never serves again (see mechanism.Env.Do).
-	for _, bank := range []bool{false, true} {
-		key, from := k.Data(), keep
-		if bank {
-			key, from = k.Bank(), 1
-		}
+	// Degraded: a device that misses a delete is recorded, and its shard
+	// never serves again (see mechanism.Env.Do).
+	del := func(key []byte, from int) error {
 		if from >= w {
-			continue
+			return nil
 		}
 		if err := m.env.Delete(ctx, key, m.env.Span(k, from, w), w); err != nil {
 			return fmt.Errorf("%s: release split %d of %q: %w", Name, k.Split, k.User, err)
 		}
+		return nil
 	}
-	return nil
+	if keep == 0 {
+		if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, 0, 1), 1); err != nil {
+			return fmt.Errorf("%s: release split %d of %q: %w", Name, k.Split, k.User, err)
+		}
+		keep = 1
+	}
+	var bankErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		bankErr = del(k.Bank(), 1)
+	}()
+	err := del(k.Data(), keep)
+	wg.Wait()
+	return errors.Join(err, bankErr)
 }
 
 // healed is the outcome of heal: the chosen write, all of its shards, and
