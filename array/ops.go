@@ -418,7 +418,7 @@ func (a *Array) markFlag(ctx context.Context, flag byte, what string) error {
 	// Close, Resync): so the flag needs as many devices as a write of
 	// any mechanism needs to survive two losses, not every device.
 	var up []int
-	for i := range a.devs {
+	for i := range a.env.N() {
 		if a.env.State(i) != mechanism.Failed {
 			up = append(up, i)
 		}
@@ -430,7 +430,7 @@ func (a *Array) markFlag(ctx context.Context, flag byte, what string) error {
 			took++
 		}
 	}
-	if need := min(3, len(a.devs)); took < need {
+	if need := min(3, a.env.N()); took < need {
 		return fmt.Errorf("record %s in the array header: %d devices took it, %d needed: %w", what, took, need, err)
 	}
 	a.hdr = h
@@ -631,12 +631,15 @@ func (a *Array) Keys(ctx context.Context, prefix []byte) ([][]byte, error) {
 func (a *Array) keys(ctx context.Context, prefix []byte) ([][]byte, error) {
 	lists := make([][][]byte, a.env.N())
 	errs := make([]error, a.env.N())
+	gens := make([]mechanism.Gen, a.env.N())
 	var wg sync.WaitGroup
 	for i := 0; i < a.env.N(); i++ {
+		var d device.Device
+		d, gens[i] = a.env.DeviceGen(i)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lists[i], errs[i] = a.deviceKeys(ctx, i, prefix)
+			lists[i], errs[i] = a.deviceKeys(ctx, d, i, prefix)
 		}()
 	}
 	wg.Wait()
@@ -647,7 +650,7 @@ func (a *Array) keys(ctx context.Context, prefix []byte) ([][]byte, error) {
 			// Its keys are listed by the devices holding their other
 			// pieces, once it is marked failed.
 			if a.env.State(i) != mechanism.Failed {
-				a.env.SetState(i, mechanism.Failed)
+				a.env.MarkFailed(i, gens[i])
 				return a.keys(ctx, prefix)
 			}
 		default:
@@ -715,10 +718,10 @@ func compareBytes(x, y []byte) int {
 	return slices.Compare(x, y)
 }
 
-// deviceKeys lists the user keys device i answers for.
-func (a *Array) deviceKeys(ctx context.Context, i int, prefix []byte) ([][]byte, error) {
+// deviceKeys lists the user keys device i (d) answers for.
+func (a *Array) deviceKeys(ctx context.Context, d device.Device, i int, prefix []byte) ([][]byte, error) {
 	var keys [][]byte
-	err := a.devs[i].Iterate(ctx, prefix, func(k []byte) error {
+	err := d.Iterate(ctx, prefix, func(k []byte) error {
 		user, split, kind, err := format.ParseKey(k)
 		if err != nil || !format.HoldsPiece(kind) || split != 0 {
 			return nil

@@ -114,8 +114,7 @@ func (a *Array) ReplaceDevice(ctx context.Context, i int, dev device.Device) err
 		return fmt.Errorf("replace: %w", err)
 	}
 	if dev != nil {
-		old := a.devs[i]
-		a.devs[i] = dev
+		old := a.env.Device(i)
 		a.env.SetDevice(i, dev)
 		_ = old.Close()
 	}
@@ -144,7 +143,7 @@ func (a *Array) Resync(ctx context.Context, i int, opts ...HealOption) (RebuildR
 		return rep, fmt.Errorf("resync: %w", err)
 	}
 	rep.Name = a.env.Name(i)
-	b, err := a.devs[i].Retrieve(ctx, headerKey)
+	b, err := a.env.Device(i).Retrieve(ctx, headerKey)
 	if err != nil {
 		return rep, fmt.Errorf("resync device %d (%s): read its header: %w", i, rep.Name, err)
 	}
@@ -293,11 +292,11 @@ func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (Rebuild
 // average (pieces, not keys, but each restored piece is one key's).
 func (a *Array) rebuildEstimate(ctx context.Context, i int) int64 {
 	var sum, n int64
-	for d := range a.devs {
+	for d := range a.env.N() {
 		if d == i || a.env.State(d) == mechanism.Failed {
 			continue
 		}
-		if info, err := a.devs[d].Info(ctx); err == nil {
+		if info, err := a.env.Device(d).Info(ctx); err == nil {
 			sum, n = sum+info.Keys, n+1
 		}
 	}
@@ -444,7 +443,7 @@ var checkpointKey = format.Key([]byte("\x00kvarray-rebuilt-at"), 0, format.KindA
 // checkpoint returns the internal key up to which an interrupted rebuild
 // of device i scanned and repaired, and how many keys that was.
 func (a *Array) checkpoint(ctx context.Context, i int) ([]byte, int64) {
-	b, err := a.devs[i].Retrieve(ctx, checkpointKey)
+	b, err := a.env.Device(i).Retrieve(ctx, checkpointKey)
 	if err != nil {
 		return nil, 0
 	}
@@ -459,7 +458,7 @@ func (a *Array) saveCheckpoint(ctx context.Context, i int, at []byte, count int6
 	p := binary.BigEndian.AppendUint64(nil, uint64(count))
 	p = append(p, at...)
 	h := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(p)), ObjectLen: uint64(len(p))}
-	_ = a.devs[i].Store(context.WithoutCancel(ctx), checkpointKey, format.Encode(&h, p))
+	_ = a.env.Device(i).Store(context.WithoutCancel(ctx), checkpointKey, format.Encode(&h, p))
 }
 
 // heal repairs the items source emits, workers at once, reporting
@@ -607,7 +606,7 @@ func (a *Array) heal(ctx context.Context, dev int, source func(emit func(healIte
 			a.env.SetState(dev, mechanism.Rebuilding)
 			return rep, fmt.Errorf("heal device %d: clear its rebuilding mark: %w", dev, err)
 		}
-		_ = a.devs[dev].Delete(ctx, checkpointKey)
+		_ = a.env.Device(dev).Delete(ctx, checkpointKey)
 	}
 	return rep, nil
 }

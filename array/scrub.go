@@ -67,7 +67,7 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 		if a.env.State(d) == mechanism.Failed {
 			continue
 		}
-		err := a.devs[d].Iterate(ctx, nil, func(k []byte) error {
+		err := a.env.Device(d).Iterate(ctx, nil, func(k []byte) error {
 			user, _, kind, err := format.ParseKey(k)
 			switch {
 			case err != nil || kind == format.KindArray:

@@ -62,7 +62,8 @@ func (a *Array) Status(ctx context.Context) (Status, error) {
 	}
 	defer a.end()
 	st := Status{ID: a.hdr.id.String(), Mode: a.o.mode.String(), Default: a.def.Name()}
-	for i, d := range a.devs {
+	for i := range a.env.N() {
+		d, gen := a.env.DeviceGen(i)
 		ds := DeviceStatus{Index: i, Name: a.env.Name(i), State: a.env.State(i).String(), ResyncKeys: a.env.MissedCount(i)}
 		if a.env.State(i) == mechanism.Healthy && ds.ResyncKeys > 0 {
 			ds.State = StateDegradedBehind
@@ -73,8 +74,8 @@ func (a *Array) Status(ctx context.Context) (Status, error) {
 		info, err := d.Info(ctx)
 		if err != nil {
 			if errors.Is(err, device.ErrDeviceFailed) {
-				a.env.SetState(i, mechanism.Failed)
-				ds.State = mechanism.Failed.String()
+				a.env.MarkFailed(i, gen)
+				ds.State = a.env.State(i).String()
 			}
 			if ds.Reason == "" {
 				ds.Reason = err.Error()
