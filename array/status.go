@@ -51,12 +51,30 @@ type Status struct {
 	Overhead float64 `json:"storage_overhead"`
 	// Unreadable counts objects whose header could not be read.
 	Unreadable int64 `json:"unreadable_objects"`
+	// Deep: the objects were counted (StatusDeep); without it Mechanisms,
+	// Objects, UserBytes, Overhead and Unreadable are not filled in.
+	Deep bool `json:"deep"`
 }
 
-// Status reports the devices' health and accounting, and the objects and
-// user bytes per mechanism. It reads the header of every object, so it
-// costs a pass over the keys.
-func (a *Array) Status(ctx context.Context) (Status, error) {
+// StatusOption modifies Status.
+type StatusOption func(*statusOptions)
+
+type statusOptions struct{ deep bool }
+
+// StatusDeep makes Status count the objects and user bytes per mechanism,
+// reading the header of every object: a pass over the keys, proportional
+// to their number, that a device failing under it can slow to its
+// timeout.
+func StatusDeep() StatusOption { return func(o *statusOptions) { o.deep = true } }
+
+// Status reports the devices' health and accounting: one Info call per
+// device, whatever the number of keys. With StatusDeep it also counts the
+// objects and user bytes per mechanism.
+func (a *Array) Status(ctx context.Context, opts ...StatusOption) (Status, error) {
+	var o statusOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := a.begin(); err != nil {
 		return Status{}, err
 	}
@@ -86,6 +104,10 @@ func (a *Array) Status(ctx context.Context) (Status, error) {
 		st.DeviceBytes += ds.Used
 		st.Devices = append(st.Devices, ds)
 	}
+	if !o.deep {
+		return st, nil
+	}
+	st.Deep = true
 	per := map[string]*MechanismStatus{}
 	for _, m := range a.mechs {
 		per[m.Name()] = &MechanismStatus{Name: m.Name()}
