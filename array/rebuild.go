@@ -337,11 +337,12 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 	}
 	// absent completes the pieces of a key the scan read with the devices
 	// it scanned that hold none, under either key: as current as the
-	// pieces read (see scanCurrent), they spare the repair a read.
+	// pieces read (see scanCurrent), they spare the repair a read. A
+	// device whose scan failed says nothing.
 	absent := func(pieces []mechanism.Piece) []mechanism.Piece {
 		for _, bank := range []bool{false, true} {
 			for _, d := range scanned {
-				if !slices.ContainsFunc(pieces, func(p mechanism.Piece) bool { return p.Dev == d && p.Bank == bank }) {
+				if errs[d] == nil && !slices.ContainsFunc(pieces, func(p mechanism.Piece) bool { return p.Dev == d && p.Bank == bank }) {
 					pieces = append(pieces, mechanism.Piece{Dev: d, Bank: bank, Err: errNotScanned})
 				}
 			}
