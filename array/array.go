@@ -102,6 +102,7 @@ type options struct {
 	maxValue    int64
 	parallelism int
 	autoResync  time.Duration
+	metaCache   int
 }
 
 // Option configures Open and Create.
@@ -163,10 +164,11 @@ type Array struct {
 	wg      sync.WaitGroup // async operations in flight
 	stop    chan struct{}  // closed by Close: stops background work
 	bg      sync.WaitGroup // background work
+	meta    *metaCache     // nil: none
 }
 
 func build(devs []device.Device, opts []Option) (*Array, error) {
-	o := options{maxValue: DefaultMaxValue, parallelism: 8}
+	o := options{maxValue: DefaultMaxValue, parallelism: 8, metaCache: DefaultMetaCache}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -191,6 +193,9 @@ func build(devs []device.Device, opts []Option) (*Array, error) {
 		locks:  keylock.New(),
 		async:  make(chan struct{}, 64*o.parallelism),
 		stop:   make(chan struct{}),
+	}
+	if o.metaCache > 0 {
+		a.meta = newMetaCache(o.metaCache)
 	}
 	if limits.MaxKeyLen-format.KeyOverhead < 1 {
 		return nil, fmt.Errorf("array: devices take keys of at most %d bytes, too short for %d bytes of split number and kind", limits.MaxKeyLen, format.KeyOverhead)

@@ -60,8 +60,8 @@ func banksPastPrimary(m mechanism.Mechanism, v uint64) bool {
 }
 
 // needsPrevious is implemented by mechanisms that must be handed the
-// previous value of a split they overwrite (Packing), so the array reads
-// before writing for them even in standalone mode.
+// previous value of a split they overwrite, payload included (Packing),
+// so the array reads before writing for them even in standalone mode.
 type needsPrevious interface{ NeedsPrevious() bool }
 
 // locate finds which mechanism wrote split k: from the primary's header
@@ -208,6 +208,18 @@ func (a *Array) Delete(ctx context.Context, key []byte) error {
 	return err
 }
 
+// noted updates the metadata cache with what a read of key under its lock
+// learned: l located its value (err nil), or it has none (ErrNotFound).
+// Any other error says nothing, and changes nothing either.
+func (a *Array) noted(key []byte, l *located, err error) {
+	switch {
+	case err == nil:
+		a.meta.put(key, l.m, l.hdr)
+	case errors.Is(err, ErrNotFound):
+		a.meta.put(key, nil, format.Header{})
+	}
+}
+
 // Exist reports whether key exists.
 func (a *Array) Exist(ctx context.Context, key []byte) (bool, error) {
 	if err := a.checkKey(key); err != nil {
@@ -227,7 +239,8 @@ func (a *Array) exists(ctx context.Context, key []byte) (bool, error) {
 		return false, err
 	}
 	defer tk.Release()
-	_, err = a.locate(ctx, a.key(key, 0))
+	l, err := a.locate(ctx, a.key(key, 0))
+	a.noted(key, l, err)
 	switch {
 	case err == nil:
 		return true, nil
@@ -261,7 +274,15 @@ func (a *Array) prepareStore(key, value []byte, c call) (mechanism.Mechanism, er
 }
 
 // store runs under key's lock.
-func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechanism, c call) error {
+func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechanism, c call) (err error) {
+	var written *format.Header // the new value's, once it is in place
+	defer func() {
+		if err != nil || written == nil {
+			a.meta.forget(key)
+			return
+		}
+		a.meta.put(key, m, *written)
+	}()
 	n := splitsFor(m, len(value))
 	if m.Tolerates() == 0 {
 		if err := a.markFlag(ctx, flagUnprotected, "a value without redundancy"); err != nil {
@@ -275,15 +296,9 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 	}
 	var prev *located
 	if a.readsBeforeWrite(m, c, n) {
-		l, err := a.locate(ctx, a.key(key, 0))
-		switch {
-		case err == nil:
-			prev = l
-		case errors.Is(err, ErrNotFound), errors.Is(err, ErrUnavailable), errors.Is(err, ErrDataLoss):
-			// Nothing readable to update: the store replaces whatever is
-			// there, and fails if the devices it needs do not answer.
-		default:
-			return fmt.Errorf("read previous value: %w", err)
+		var err error
+		if prev, err = a.previous(ctx, key, m); err != nil {
+			return err
 		}
 	}
 	var ph *format.Header
@@ -338,7 +353,6 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 		}
 		return m.Store(ctx, a.splitKey(key, s, obj.Version), obj, value[lo:hi], pv)
 	}
-	var err error
 	if a.banked && n > 1 {
 		// Split 0 last: it is what makes the new value the current one.
 		if err = a.forSplits(ctx, n-1, func(i int) error { return storeSplit(i + 1) }); err == nil {
@@ -361,6 +375,9 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 			}
 		}
 		return err
+	}
+	if err == nil {
+		written = &format.Header{RM: m.RM(), Splits: obj.Splits, ObjectLen: obj.ObjectLen, Version: obj.Version}
 	}
 	if err != nil || prev == nil {
 		return err
@@ -390,16 +407,51 @@ func (a *Array) versionFits(v uint64, m mechanism.Mechanism, n int, prev *locate
 }
 
 // readsBeforeWrite: hybrid stores must learn the previous mechanism; so
-// must custom stores and any store once the array is mixed. A standalone
-// store of a huge value also reads, to remove excess splits of the value
-// it replaces (a negligible cost next to the value itself).
+// must custom stores and any store once the array is mixed, and stores by
+// a mechanism that must know what it replaces (needsPrevious, outOfPlace:
+// which bank to write). A standalone store of a huge value also reads, to
+// remove excess splits of the value it replaces (a negligible cost next
+// to the value itself).
 func (a *Array) readsBeforeWrite(m mechanism.Mechanism, c call, n int) bool {
-	if np, ok := m.(needsPrevious); a.o.mode == Hybrid || c.rm != "" || n > 1 || (ok && np.NeedsPrevious()) {
+	if a.o.mode == Hybrid || c.rm != "" || n > 1 || needsPayload(m) {
+		return true
+	}
+	if o, ok := m.(outOfPlace); ok && o.WritesOutOfPlace() {
 		return true
 	}
 	a.hdrMu.Lock()
 	defer a.hdrMu.Unlock()
 	return a.hdr.flags&flagMixed != 0
+}
+
+// needsPayload reports whether m must be given the previous value's
+// payload (needsPrevious), which only a read of the devices has.
+func needsPayload(m mechanism.Mechanism) bool {
+	np, ok := m.(needsPrevious)
+	return ok && np.NeedsPrevious()
+}
+
+// previous returns what key holds, as store needs it: from the metadata
+// cache when it knows the key and neither m nor the key's mechanism needs
+// the previous payload, else by locating it (one read of the primary).
+// nil: nothing readable to update.
+func (a *Array) previous(ctx context.Context, key []byte, m mechanism.Mechanism) (*located, error) {
+	if e, ok := a.meta.get(key); ok && !needsPayload(m) && (e.m == nil || !needsPayload(e.m)) {
+		if e.m == nil {
+			return nil, nil
+		}
+		return &located{m: e.m, hdr: e.hdr}, nil
+	}
+	l, err := a.locate(ctx, a.key(key, 0))
+	switch {
+	case err == nil:
+		return l, nil
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrUnavailable), errors.Is(err, ErrDataLoss):
+		// Nothing readable to update: the store replaces whatever is
+		// there, and fails if the devices it needs do not answer.
+		return nil, nil
+	}
+	return nil, fmt.Errorf("read previous value: %w", err)
 }
 
 // markFlag records an array-wide flag in the array header (flagMixed: a
@@ -492,6 +544,7 @@ func (a *Array) forSplits(ctx context.Context, n int, fn func(s int) error) erro
 func (a *Array) retrieve(ctx context.Context, key []byte) ([]byte, error) {
 	k0 := a.key(key, 0)
 	l, err := a.locate(ctx, k0)
+	a.noted(key, l, err)
 	if err != nil {
 		return nil, err
 	}
@@ -543,7 +596,14 @@ func (a *Array) retrieve(ctx context.Context, key []byte) ([]byte, error) {
 }
 
 // remove runs under key's lock.
-func (a *Array) remove(ctx context.Context, key []byte) error {
+func (a *Array) remove(ctx context.Context, key []byte) (err error) {
+	defer func() {
+		if err == nil || errors.Is(err, ErrNotFound) {
+			a.meta.put(key, nil, format.Header{})
+		} else {
+			a.meta.forget(key)
+		}
+	}()
 	l, err := a.locate(ctx, a.key(key, 0))
 	if err != nil {
 		return err
@@ -736,6 +796,7 @@ func (a *Array) deviceKeys(ctx context.Context, d device.Device, i int, prefix [
 
 // repair runs under key's lock.
 func (a *Array) repair(ctx context.Context, key []byte) (int, error) {
+	a.meta.forget(key) // a repair may settle on another version
 	n, _, err := a.repairSized(ctx, key)
 	return n, err
 }

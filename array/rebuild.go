@@ -663,6 +663,9 @@ func (a *Array) healOne(ctx context.Context, it healItem) (int, int64, error) {
 	if err := a.checkKey(user); err != nil {
 		return 0, 0, err
 	}
+	// A repair may settle on another version (a store in flight found
+	// whole): what the cache knew of the key goes.
+	defer a.meta.forget(user)
 	if it.hdr != nil {
 		if n, size, ok := a.restoreScanned(ctx, it); ok {
 			return n, size, nil

@@ -159,10 +159,6 @@ func (m *splitting) Tolerates() int { return m.r }
 // the primary's piece of that value is overwritten.
 func (m *splitting) WritesOutOfPlace() bool { return true }
 
-// NeedsPrevious reports that a store must know the value it replaces, to
-// write the other bank (even in standalone mode) and release the old one.
-func (m *splitting) NeedsPrevious() bool { return true }
-
 // shape is what one store writes identically into all the shards of a
 // split; shards combine only when their shapes are equal.
 type shape struct {
