@@ -162,3 +162,47 @@ func TestExpiryDuringTransactions(t *testing.T) {
 		t.Errorf("KEYS in a transaction listed %d expired keys: %q", len(keys), keys[:min(len(keys), 5)])
 	}
 }
+
+// TestExpiryManyPages: keys due at the same moment over several pages of
+// the index listing are all reclaimed, entries included; a stale entry
+// (its key set again without a TTL) deletes nothing; entries not yet due
+// stay. (bench/expiry.sh measures a million such keys.)
+func TestExpiryManyPages(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	rdb := ts.client(func(o *redis.Options) { o.PoolSize = 4 })
+	n := 2*expiryPage + 100
+	at := time.Now().Add(300 * time.Millisecond).UnixMilli()
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range n {
+			p.Do(ctx, "set", fmt.Sprintf("due%d", i), "v", "pxat", at)
+		}
+		for i := range 20 {
+			p.Do(ctx, "set", fmt.Sprintf("again%d", i), "v", "pxat", at)
+			p.Set(ctx, fmt.Sprintf("again%d", i), "kept", 0)
+			p.Set(ctx, fmt.Sprintf("later%d", i), "v", time.Hour)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reclaimed := waitFor(500, func() bool {
+		idx, err := ts.a.Keys(ctx, keyspace.ExpiryPrefix())
+		return err == nil && len(idx) == 20
+	})
+	if !reclaimed {
+		t.Fatal("the due entries were not all reclaimed")
+	}
+	if keys, err := ts.a.Keys(ctx, keyspace.RawKey(0, []byte("due"))); err != nil || len(keys) != 0 {
+		t.Errorf("%d expired values left, %v", len(keys), err)
+	}
+	for i := range 20 {
+		if v, err := rdb.Get(ctx, fmt.Sprintf("again%d", i)).Result(); err != nil || v != "kept" {
+			t.Errorf("again%d = %q, %v: a stale entry deleted a live key", i, v, err)
+		}
+		if d, err := rdb.TTL(ctx, fmt.Sprintf("later%d", i)).Result(); err != nil || d < 50*time.Minute {
+			t.Errorf("later%d TTL = %v, %v", i, d, err)
+		}
+	}
+}
