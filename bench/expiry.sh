@@ -40,7 +40,7 @@ def resp(*args):
         out.append(f"${len(a)}\r\n{a}\r\n")
     return "".join(out)
 # Far enough ahead for the load to finish first (measured below).
-at = (int(time.time()) + 30 + n // 5000) * 1000
+at = (int(time.time()) + 20 + n // 15000) * 1000
 parts = 4
 for p in range(parts):
     with open(f"{work}/load{p}", "w") as f:
@@ -49,7 +49,7 @@ for p in range(parts):
         for i in range(p, keep, parts):
             f.write(resp("SET", f"keep:{i}", "v"))
 t = time.time()
-procs = [subprocess.Popen(["redis-cli", "-p", str(port), "--pipe"], stdin=open(f"{work}/load{p}"),
+procs = [subprocess.Popen(["redis-cli", "-p", str(port), "--pipe", "--pipe-timeout", "0"], stdin=open(f"{work}/load{p}"),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for p in range(parts)]
 for pr in procs:
     out = pr.communicate()[0].decode()

@@ -234,7 +234,7 @@ func (s *Server) reclaim(ctx context.Context, db int, key []byte, now int64) err
 		return err
 	}
 	defer tk.Release()
-	_, at, err := s.ks.GetRaw(ctx, db, key)
+	v, err := s.ks.LoadRaw(ctx, db, key)
 	switch {
 	case errors.Is(err, array.ErrNotFound):
 		return nil
@@ -242,7 +242,7 @@ func (s *Server) reclaim(ctx context.Context, db int, key []byte, now int64) err
 		return nil // not ours to delete
 	case err != nil:
 		return err
-	case !keyspace.Expired(at, now):
+	case !keyspace.Expired(v.At, now):
 		return nil // stale entry: the key was set again
 	}
 	if err := s.a.Delete(ctx, s.ks.Key(db, key)); err != nil && !errors.Is(err, array.ErrNotFound) {
