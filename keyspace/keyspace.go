@@ -185,7 +185,8 @@ type Store struct {
 	// phys[db] is the db byte of database db; logical is its inverse.
 	phys    []byte
 	logical map[byte]int
-	mapErr  error // why the database map could not be read
+	mapErr  error  // why the database map could not be read
+	cnt     counts // counts.go
 }
 
 // Open returns the store of a's keyspace with dbs databases (1 to
@@ -352,15 +353,41 @@ func (s *Store) Save(ctx context.Context, db int, key []byte, v Value, opts ...a
 // Delete removes key and reports whether it existed (an expired key not
 // yet reclaimed is removed and reported absent).
 func (s *Store) Delete(ctx context.Context, db int, key []byte) (existed bool, err error) {
-	_, gerr := s.Load(ctx, db, key)
-	err = s.A.Delete(ctx, s.Key(db, key))
-	if errors.Is(err, array.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return gerr == nil, nil
+	old, err := s.remove(ctx, s.Phys(db), key, nil)
+	return old.exists && !old.unknown && !Expired(old.at, NowMs()), err
+}
+
+// DeleteExpired deletes key of db if its value's expire-at is at or
+// before now, and reports whether it did (the expiry cycle's reclaim:
+// the caller holds the key's lock). A value not in the keyspace's format
+// is not its to delete.
+func (s *Store) DeleteExpired(ctx context.Context, db int, key []byte, now int64) (bool, error) {
+	old, err := s.remove(ctx, s.Phys(db), key, func(old state) error {
+		switch {
+		case old.unknown:
+			return old.err
+		case !old.exists, old.foreign, !Expired(old.at, now):
+			return errUnchanged
+		}
+		return nil
+	})
+	return err == nil && old.exists && !old.foreign && Expired(old.at, now), err
+}
+
+// remove deletes key of db byte p, if check (nil: always) agrees.
+func (s *Store) remove(ctx context.Context, p int, key []byte, check func(old state) error) (state, error) {
+	return s.write(ctx, p, key, func(old state) (state, error) {
+		if check != nil {
+			if err := check(old); err != nil {
+				return old, err
+			}
+		}
+		err := s.A.Delete(ctx, RawKey(p, key))
+		if errors.Is(err, array.ErrNotFound) {
+			err = nil
+		}
+		return state{}, err
+	}, true)
 }
 
 // Exists reports whether key exists (and has not expired).
@@ -439,21 +466,22 @@ func (s *Store) Apply(ctx context.Context, op Op) error {
 	return s.apply(ctx, op, opts)
 }
 
+// apply performs op and counts it (counts.go).
 func (s *Store) apply(ctx context.Context, op Op, opts []array.CallOption) error {
-	ak := RawKey(op.Phys, op.Key)
 	if op.Del {
-		err := s.A.Delete(ctx, ak)
-		if errors.Is(err, array.ErrNotFound) {
-			err = nil
-		}
+		_, err := s.remove(ctx, op.Phys, op.Key, nil)
 		return err
 	}
-	if op.At != 0 {
-		if err := s.A.Store(ctx, ExpiryKey(op.At, op.Phys, op.Key), nil); err != nil {
-			return fmt.Errorf("expiry index of key %q: %w", op.Key, err)
+	_, err := s.write(ctx, op.Phys, op.Key, func(state) (state, error) {
+		if op.At != 0 {
+			if err := s.A.Store(ctx, ExpiryKey(op.At, op.Phys, op.Key), nil); err != nil {
+				return state{}, fmt.Errorf("expiry index of key %q: %w", op.Key, err)
+			}
 		}
-	}
-	return s.A.Store(ctx, ak, EncodeValue(Value{V: op.Val, At: op.At, Raw: op.Raw}), opts...)
+		v := EncodeValue(Value{V: op.Val, At: op.At, Raw: op.Raw})
+		return state{exists: true, at: op.At}, s.A.Store(ctx, RawKey(op.Phys, op.Key), v, opts...)
+	}, false)
+	return err
 }
 
 // An intent op's flag bits.

@@ -234,21 +234,10 @@ func (s *Server) reclaim(ctx context.Context, db int, key []byte, now int64) err
 		return err
 	}
 	defer tk.Release()
-	v, err := s.ks.LoadRaw(ctx, db, key)
-	switch {
-	case errors.Is(err, array.ErrNotFound):
-		return nil
-	case errors.Is(err, keyspace.ErrBadValue):
-		return nil // not ours to delete
-	case err != nil:
-		return err
-	case !keyspace.Expired(v.At, now):
-		return nil // stale entry: the key was set again
+	deleted, err := s.ks.DeleteExpired(ctx, db, key, now)
+	if deleted {
+		s.stats.expired.Add(1)
+		s.touch(db, key)
 	}
-	if err := s.a.Delete(ctx, s.ks.Key(db, key)); err != nil && !errors.Is(err, array.ErrNotFound) {
-		return err
-	}
-	s.stats.expired.Add(1)
-	s.touch(db, key)
-	return nil
+	return err
 }

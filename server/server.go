@@ -327,6 +327,7 @@ func (s *Server) start() error {
 			s.startErr = fmt.Errorf("server: %w", err)
 			return
 		}
+		ks.StartCounting(s.ctx)
 		s.startExpiry()
 	})
 	return s.startErr
@@ -367,6 +368,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	select {
 	case <-s.drained:
+		s.saveCounts(ctx)
 		return nil
 	case <-ctx.Done():
 	}
@@ -379,6 +381,19 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.closeDrained()
 	return ctx.Err()
+}
+
+// saveCounts stores the keyspace's counts once no command runs, so that
+// the next start need not recount (keyspace.Store.SaveCounts).
+func (s *Server) saveCounts(ctx context.Context) {
+	s.startOnce.Do(func() {}) // waits for a start in progress; none after
+	if s.ks == nil {
+		return
+	}
+	s.ks.StopCounting()
+	if err := s.ks.SaveCounts(ctx); err != nil {
+		s.o.errorLog.Printf("kvarray server: %v (the next start recounts)", err)
+	}
 }
 
 func (s *Server) connList() []*conn {
