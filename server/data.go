@@ -43,6 +43,29 @@ func (t *txn) record(ak []byte, db int, op keyspace.Op) {
 	t.dbs = append(t.dbs, db)
 }
 
+// added returns keys (a page of db's listing after array key after, up
+// to array key next, nil for the end, filtered by pattern) with the keys
+// of that range the transaction stored, in order. (Keys it deleted are
+// left for the caller's read through the overlay to drop.)
+func (t *txn) added(db int, keys [][]byte, after, next []byte, prefix, pattern []byte) [][]byte {
+	have := map[string]bool{}
+	for _, k := range keys {
+		have[string(k)] = true
+	}
+	for i, op := range t.list {
+		ak := keyspace.RawKey(op.Phys, op.Key)
+		switch {
+		case t.dbs[i] != db, op.Del, have[string(op.Key)], !bytes.HasPrefix(op.Key, prefix),
+			after != nil && bytes.Compare(ak, after) <= 0, next != nil && bytes.Compare(ak, next) > 0,
+			pattern != nil && !globMatch(pattern, op.Key):
+			continue
+		}
+		keys = append(keys, op.Key)
+	}
+	slices.SortFunc(keys, bytes.Compare)
+	return keys
+}
+
 func (t *txn) lookup(ak []byte) (keyspace.Op, bool) {
 	if i, ok := t.ops[string(ak)]; ok {
 		return t.list[i], true

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestGlobMatch(t *testing.T) {
@@ -122,6 +124,46 @@ func TestScan(t *testing.T) {
 			t.Errorf("COUNT %d: scan returned %d keys, want the %d keys once each", count, len(got), len(all))
 		}
 	}
+	// A cursor whose slot was reused (or from before a restart) resumes at
+	// its key's first bytes: keys may come again, none is skipped.
+	first, cur, err := rdb.Scan(ctx, 0, "", 150).Result()
+	if err != nil || cur == 0 {
+		t.Fatal(cur, err)
+	}
+	for range 2 {
+		got := slices.Clone(first)
+		rest := cur ^ 0x8000 // another slot
+		for rest != 0 {
+			var page []string
+			if page, rest, err = rdb.Scan(ctx, rest, "", 40).Result(); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, page...)
+		}
+		sort.Strings(got)
+		if got = slices.Compact(got); !slices.Equal(got, all) {
+			t.Errorf("resumed from a stale cursor: %d distinct keys, want %d", len(got), len(all))
+		}
+		ts.restart() // the table is empty: the same again
+		rdb = ts.client()
+	}
+
+	// Inside a transaction SCAN sees the transaction's own writes.
+	cmds, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, "key:0505", "v", 0)
+		p.Del(ctx, "key:050")
+		p.Scan(ctx, 0, "key:05*", 1000)
+		p.Del(ctx, "key:0505")
+		p.Set(ctx, "key:050", "v", 0)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ := cmds[2].(*redis.ScanCmd).Val(); !slices.Contains(keys, "key:0505") || slices.Contains(keys, "key:050") || len(keys) != 10 {
+		t.Errorf("SCAN in a transaction: %q", keys)
+	}
+
 	// MATCH and TYPE filter; redis-style iteration with go-redis's iterator.
 	it := rdb.Scan(ctx, 0, "key:1?0", 5).Iterator()
 	var matched []string

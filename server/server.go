@@ -189,6 +189,7 @@ type Server struct {
 	watch watches
 	pause atomic.Pointer[pause]
 	exp   expiry
+	scans scanCursors // SCAN's cursors (keyspace.go)
 	cfg   runtimeConfig
 
 	// ctx is the context of every array operation; cancelled when
