@@ -57,7 +57,7 @@ parts = 4
 # expiry second must be for the rest to load before it (with a margin:
 # the rate drops as the array fills).
 took = load("keep", lambda p: (resp("SET", f"keep:{i}", "v") for i in range(p, keep, parts)))
-at = int((time.time() + 15 + 3 * n * took / keep)) * 1000
+at = int((time.time() + 15 + 2 * n * took / keep)) * 1000
 took += load("exp", lambda p: (resp("SET", f"exp:{i}", "v", "PXAT", at + i % 1000) for i in range(p, n, parts)))
 print(f"loaded {n} keys with a TTL ending in the same second and {keep} without, in {took:.1f} s ({(n+keep)/took:.0f} SET/s), {devices} devices")
 if time.time() * 1000 > at - 5000:

@@ -38,12 +38,12 @@
 //     yet, and a failure part way leaves the keys that were written.
 //   - Expiry (expire.go) is stored with the value and survives restarts,
 //     rebuilds and mechanism changes; an expired key is never returned.
-//   - SCAN's cursor is a position in the order of a 64-bit hash of the
-//     keys (a decimal number, as clients expect): a key present for the
-//     whole scan is returned exactly once, whatever is added or removed
-//     meanwhile. Each call lists the database's keys (a pass over every
-//     device) and sorts them; so do KEYS, DBSIZE, RANDOMKEY, FLUSHDB and
-//     INFO keyspace. No command but INFO kvarray reads every value.
+//   - SCAN pages through the array's ordered listing, O(COUNT) per call;
+//     its numeric cursor names where to resume (keyspace.go): a key
+//     present for the whole scan is returned at least once. DBSIZE and
+//     INFO keyspace read the keyspace's counts. KEYS, RANDOMKEY and
+//     FLUSHDB list the database's keys (a pass over every device). No
+//     command but INFO kvarray reads every value.
 //
 // Access control (auth.go), as Redis 7: with a password for the default
 // user (WithAuth), a connection runs nothing but AUTH, HELLO and QUIT
