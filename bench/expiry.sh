@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Mass expiry (issue 11): N keys (default 1,000,000) that all expire in the
 # same second, among N/10 keys without a TTL, against `kvarray serve` on 6
-# mem devices (hybrid, replication; DEVICES=pebble for 6 Pebble devices in
-# a temporary directory). The keys are loaded by 4 `redis-cli --pipe`
+# mem devices (hybrid, replication; DEVICES=pebble for serve's default
+# array, 6 Pebble devices, in a temporary directory). The keys are loaded by 4 `redis-cli --pipe`
 # processes (SET k v PXAT t, t spread over one second); then the script
 # waits for that second and prints how fast the expiry cycle reclaims them
 # (INFO stats expired_keys, polled every 100 ms), and the slowest and the
@@ -18,14 +18,14 @@ work=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 go build -o "$work/kvarray" "$root/cmd/kvarray"
-if [ "${DEVICES:-mem}" = pebble ]; then
-	devs=$(for i in 0 1 2 3 4 5; do printf 'pebble:%s/dev%d, ' "$work" $i; done)
-else
-	devs="mem:d0, mem:d1, mem:d2, mem:d3, mem:d4, mem:d5, "
-fi
-printf 'devices: [%s]\nmode: hybrid\ndefault: replication\n' "${devs%, }" >"$work/kvarray.yaml"
 port=$((20000 + RANDOM % 20000))
-(cd "$work" && exec ./kvarray serve --config kvarray.yaml --listen 127.0.0.1:$port >serve.log 2>&1) &
+if [ "${DEVICES:-mem}" = pebble ]; then
+	# No config: serve creates its default array, 6 Pebble devices.
+	(cd "$work" && exec ./kvarray serve --listen 127.0.0.1:$port >serve.log 2>&1) &
+else
+	printf 'devices: [mem:d0, mem:d1, mem:d2, mem:d3, mem:d4, mem:d5]\nmode: hybrid\ndefault: replication\n' >"$work/kvarray.yaml"
+	(cd "$work" && exec ./kvarray serve --config kvarray.yaml --listen 127.0.0.1:$port >serve.log 2>&1) &
+fi
 pid=$!
 for _ in $(seq 1 150); do redis-cli -p $port ping 2>/dev/null | grep -q PONG && break; sleep 0.2; done
 python3 - "$port" "$n" "$work" "${DEVICES:-mem}" <<'PY'
@@ -57,7 +57,7 @@ parts = 4
 # expiry second must be for the rest to load before it (with a margin:
 # the rate drops as the array fills).
 took = load("keep", lambda p: (resp("SET", f"keep:{i}", "v") for i in range(p, keep, parts)))
-at = int((time.time() + 15 + 2 * n * took / keep)) * 1000
+at = int((time.time() + 15 + 3 * n * took / keep)) * 1000
 took += load("exp", lambda p: (resp("SET", f"exp:{i}", "v", "PXAT", at + i % 1000) for i in range(p, n, parts)))
 print(f"loaded {n} keys with a TTL ending in the same second and {keep} without, in {took:.1f} s ({(n+keep)/took:.0f} SET/s), {devices} devices")
 if time.time() * 1000 > at - 5000:
