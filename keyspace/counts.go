@@ -90,8 +90,9 @@ type counts struct {
 func countsKey() []byte { return []byte{Internal, recCounts} }
 
 // StartCounting makes the Store keep counts: from the record a clean
-// shutdown left (deleted at once), or by a recount in the background.
-// Call it once, before any write through the Store.
+// shutdown left (deleted at once), or by a recount in the background
+// that runs until it is done, StopCounting is called or ctx ends. Call it
+// once, before any write through the Store.
 func (s *Store) StartCounting(ctx context.Context) {
 	c := &s.cnt
 	c.on = true
@@ -107,7 +108,7 @@ func (s *Store) StartCounting(ctx context.Context) {
 	}
 	c.byKey.active, c.byIndex.active = true, true
 	c.recounting.Store(true)
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	rctx, cancel := context.WithCancel(ctx)
 	c.stop, c.done = cancel, make(chan struct{})
 	go func() {
 		defer close(c.done)

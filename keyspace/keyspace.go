@@ -5,8 +5,9 @@
 // Invariants:
 //   - An array key is one database byte followed by the Redis key:
 //     db ‖ key, db in 0..MaxDatabases-1. The byte Internal (0xFF) is no
-//     database: it holds kvarray's own records (the expiry index and
-//     transaction intents), so no Redis key can collide with them.
+//     database: it holds kvarray's own records (the expiry index,
+//     transaction intents, the database map, the key counts a clean
+//     shutdown saved: counts.go), so no Redis key can collide with them.
 //   - An array value is a one-byte tag followed, when the tag has
 //     tagExpiry, by the expire-at time (Unix milliseconds, big-endian, 8
 //     bytes), then the Redis value. Tag bit tagRaw is the encoding flag
