@@ -210,8 +210,9 @@ func (s *Store) before(ctx context.Context, p int, key []byte) state {
 // errUnchanged writes nothing and is no error. failedMayChange tells
 // whether a failed fn may have changed the key anyway (a failed store
 // leaves the old value; a failed delete may have deleted). It returns
-// the state read.
-func (s *Store) write(ctx context.Context, p int, key []byte, fn func(old state) (state, error), failedMayChange bool) (state, error) {
+// the state read; a Store that does not count reads it only for a fn
+// that uses it (useOld).
+func (s *Store) write(ctx context.Context, p int, key []byte, fn func(old state) (state, error), failedMayChange, useOld bool) (state, error) {
 	c := &s.cnt
 	if !c.on && !c.dropped.Load() {
 		// Counts saved by a server would no longer be current.
@@ -226,7 +227,10 @@ func (s *Store) write(ctx context.Context, p int, key []byte, fn func(old state)
 		c.byIndex.gate.RLock()
 		defer c.byIndex.gate.RUnlock()
 	}
-	old := s.before(ctx, p, key)
+	var old state
+	if c.on || useOld {
+		old = s.before(ctx, p, key)
+	}
 	now, err := fn(old)
 	switch {
 	case errors.Is(err, errUnchanged):

@@ -388,7 +388,7 @@ func (s *Store) remove(ctx context.Context, p int, key []byte, check func(old st
 			err = nil
 		}
 		return state{}, err
-	}, true)
+	}, true, true)
 }
 
 // Exists reports whether key exists (and has not expired).
@@ -481,7 +481,7 @@ func (s *Store) apply(ctx context.Context, op Op, opts []array.CallOption) error
 		}
 		v := EncodeValue(Value{V: op.Val, At: op.At, Raw: op.Raw})
 		return state{exists: true, at: op.At}, s.A.Store(ctx, RawKey(op.Phys, op.Key), v, opts...)
-	}, false)
+	}, false, false)
 	return err
 }
 
