@@ -206,3 +206,49 @@ func TestExpiryManyPages(t *testing.T) {
 		}
 	}
 }
+
+// TestExpiredNeverListed: with the expiry cycle stopped, keys past their
+// expire-at stay stored, yet SCAN, KEYS, RANDOMKEY and EXISTS never
+// return them; DBSIZE counts them until reclaimed, as Redis does.
+func TestExpiredNeverListed(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	rdb := ts.client()
+	if err := ts.srv.start(); err != nil {
+		t.Fatal(err)
+	}
+	ts.srv.stopExpiry()
+	for i := range 50 {
+		rdb.Set(ctx, fmt.Sprintf("gone%02d", i), "v", 30*time.Millisecond)
+	}
+	rdb.Set(ctx, "kept", "v", 0)
+	time.Sleep(50 * time.Millisecond)
+	var scanned []string
+	for cur := uint64(0); ; {
+		keys, next, err := rdb.Scan(ctx, cur, "", 7).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		scanned = append(scanned, keys...)
+		if cur = next; cur == 0 {
+			break
+		}
+	}
+	if len(scanned) != 1 || scanned[0] != "kept" {
+		t.Errorf("SCAN returned %q", scanned)
+	}
+	if keys, err := rdb.Keys(ctx, "*").Result(); err != nil || len(keys) != 1 {
+		t.Errorf("KEYS returned %q, %v", keys, err)
+	}
+	for range 10 {
+		if k, err := rdb.RandomKey(ctx).Result(); err != nil || k != "kept" {
+			t.Errorf("RANDOMKEY returned %q, %v", k, err)
+		}
+	}
+	if n, err := rdb.Exists(ctx, "gone00", "gone49").Result(); err != nil || n != 0 {
+		t.Errorf("EXISTS of expired keys = %d, %v", n, err)
+	}
+	if n, err := rdb.DBSize(ctx).Result(); err != nil || n != 51 {
+		t.Errorf("DBSIZE = %d, %v: keys not yet reclaimed count", n, err)
+	}
+}
