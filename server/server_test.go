@@ -655,9 +655,9 @@ func TestShutdownWaitsForInFlight(t *testing.T) {
 	for i := range conns {
 		for j := range n {
 			b, err := ts.a.Retrieve(context.Background(), keyspace.RawKey(0, []byte(fmt.Sprintf("k%d-%d", i, j))))
-			v, _, _ := keyspace.DecodeValue(b)
-			if err != nil || string(v) != fmt.Sprintf("v%d-%d", i, j) {
-				t.Errorf("k%d-%d after shutdown: %q, %v", i, j, v, err)
+			v, _ := keyspace.DecodeValue(b)
+			if err != nil || string(v.V) != fmt.Sprintf("v%d-%d", i, j) {
+				t.Errorf("k%d-%d after shutdown: %q, %v", i, j, v.V, err)
 			}
 		}
 	}
