@@ -59,6 +59,22 @@ func banksPastPrimary(m mechanism.Mechanism, v uint64) bool {
 	return ok && o.WritesOutOfPlace() && mechanism.Banked(1, v)
 }
 
+// releaseChecker is implemented by mechanisms whose pieces carry more than
+// the value (Packing: a set that other values depend on): asked before a
+// store of another mechanism overwrites the primary's piece, it fails when
+// releasing it would cost other values their redundancy.
+type releaseChecker interface {
+	CheckRelease(ctx context.Context, k mechanism.Key, prev *mechanism.Prev) error
+}
+
+// prevM is the mechanism of prev, nil for none.
+func prevM(prev *located) mechanism.Mechanism {
+	if prev == nil {
+		return nil
+	}
+	return prev.m
+}
+
 // needsPrevious is implemented by mechanisms that must be handed the
 // previous value of a split they overwrite, payload included (Packing),
 // so the array reads before writing for them even in standalone mode.
@@ -318,6 +334,13 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 	obj := mechanism.Object{Splits: uint32(n), ObjectLen: uint64(len(value)), Version: a.clock.Next()}
 	for !a.versionFits(obj.Version, m, n, prev) {
 		obj.Version = a.clock.Next()
+	}
+	if rc, ok := prevM(prev).(releaseChecker); ok && prev.m != m {
+		// Refused before anything is written: the new value would
+		// overwrite a piece the old mechanism cannot let go.
+		if err := rc.CheckRelease(ctx, a.key(key, 0), prevFor(0)); err != nil {
+			return err
+		}
 	}
 	// The new value is written first and what the old one leaves beyond it
 	// is released after: a store that fails midway then leaves the old

@@ -193,6 +193,13 @@ func (m *Mechanism) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 		return fmt.Errorf("packing: move split %d of %q: find its old set: %w", k.Split, k.User, err)
 	}
 	inSet := err == nil
+	if inSet {
+		// The insert overwrites the old member on the primary: its set
+		// must be able to let it go.
+		if err := m.leavable(ctx, f); err != nil {
+			return fmt.Errorf("packing: move split %d of %q out of set %x: %w", k.Split, k.User, f.set, err)
+		}
+	}
 	if err := m.insert(ctx, k, obj, value); err != nil {
 		return err
 	}
@@ -824,6 +831,39 @@ func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mech
 }
 
 func setLockKey(id uint64) []byte { return setKey(id) }
+
+// CheckRelease reports, before a store of another mechanism overwrites the
+// member of split k on its primary (the array then releases it), whether
+// its set can let it go: see leavable. The store is refused otherwise.
+func (m *Mechanism) CheckRelease(ctx context.Context, k mechanism.Key, prev *mechanism.Prev) error {
+	f, _, _, err := m.oldMember(ctx, k, prev)
+	switch {
+	case errors.Is(err, device.ErrNotFound):
+		return nil // in no set
+	case err != nil:
+		return fmt.Errorf("packing: release split %d of %q: find its set: %w", k.Split, k.User, err)
+	}
+	if err := m.leavable(ctx, f); err != nil {
+		return fmt.Errorf("packing: release split %d of %q from set %x: %w", k.Split, k.User, f.set, err)
+	}
+	return nil
+}
+
+// leavable reports whether the member at f.slot can leave its set f once
+// its piece on the primary is overwritten: the patch that removes it from
+// the parities must not leave the set short (patchable). A set whose
+// parity devices are all failed is left as it is (see detachFrom).
+func (m *Mechanism) leavable(ctx context.Context, f memberFields) error {
+	if m.parityDevicesDown(f.geometry) {
+		return nil
+	}
+	for _, p := range m.readParities(ctx, f.geometry) {
+		if p.ok {
+			return m.patchable(&p.f, f.slot)
+		}
+	}
+	return nil // no parity to patch: detachFrom rebuilds the set
+}
 
 // patchable returns an error wrapping device.ErrDeviceFailed when patching
 // the parities of set pf in place (for the member at slot, which is
