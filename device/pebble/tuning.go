@@ -4,11 +4,13 @@ import (
 	"time"
 
 	pdb "github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 )
 
-// untuned leaves Pebble's defaults and unseparated keeps values inline,
-// for BenchmarkWriteAmp to compare against.
-var untuned, unseparated bool
+// untuned leaves Pebble's defaults, unseparated keeps values inline and
+// unfiltered writes no bloom filters, for BenchmarkWriteAmp to compare
+// against.
+var untuned, unseparated, unfiltered bool
 
 // tuned sets Pebble's options for a kvarray device: pieces of KiB to MiB
 // under random keys, every write synced (durability is unchanged: these
@@ -39,6 +41,16 @@ func tuned(o *pdb.Options) *pdb.Options {
 	o.L0CompactionThreshold = 4
 	o.L0StopWritesThreshold = 24
 	o.LBaseMaxBytes = 256 << 20
+	if !unfiltered {
+		// Bloom filters (10 bits per key, 1% false positives) on every
+		// level: a read of a key not stored (the hybrid read before
+		// every store of a new key) skips the tables that cannot hold
+		// it instead of reading their index and data blocks. Pebble
+		// consults them for L0 to L5 (L6 is the last stop anyway).
+		for i := range o.Levels {
+			o.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+		}
+	}
 	if !unseparated {
 		// Values of 1 KiB and more go to blob files when flushed, so
 		// compactions rewrite keys and references, not the values: the
