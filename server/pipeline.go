@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/tidwall/redcon"
+
+	"github.com/kvarray/kvarray/internal/workers"
 )
 
 // Pipelined commands of one connection run concurrently across different
@@ -105,10 +107,10 @@ func (s *Server) runConcurrent(rc redcon.Conn, cl *conn, cmds []redcon.Command) 
 	for i := range cmds {
 		outs[i].proto = cl.proto
 		wg.Add(1)
-		go func() {
+		workers.Go(func() {
 			defer wg.Done()
 			s.serveOne(rc, cl, cmds[i], &outs[i])
-		}()
+		})
 	}
 	wg.Wait()
 	w := &respWriter{rc: rc, proto: cl.proto, unsent: &cl.unsent}

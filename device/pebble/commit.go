@@ -7,6 +7,8 @@ import (
 	"time"
 
 	pdb "github.com/cockroachdb/pebble/v2"
+
+	"github.com/kvarray/kvarray/internal/workers"
 )
 
 // Group commit. Every write of the device (Store, Delete, the writes of
@@ -67,7 +69,7 @@ func (d *Device) commit(ctx context.Context, b *pdb.Batch) error {
 	if !q.busy {
 		q.busy = true
 		d.running.Add(1)
-		go d.commitLoop()
+		workers.Go(d.commitLoop)
 	}
 	q.mu.Unlock()
 

@@ -82,6 +82,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/internal/workers"
 )
 
 // Option configures Open.
@@ -289,10 +290,10 @@ func (d *Device) call(ctx context.Context, write bool, fn func() error) error {
 	}
 	done := make(chan error, 1)
 	d.running.Add(1)
-	go func() {
+	workers.Go(func() {
 		defer d.running.Add(-1)
 		done <- fn()
-	}()
+	})
 	var full chan struct{} // nil, never ready, for reads
 	if write {
 		full = d.h.full
