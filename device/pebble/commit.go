@@ -35,7 +35,26 @@ type committer struct {
 	next *group
 	// busy: the committing goroutine runs (it exits when no group waits).
 	busy bool
+	// joined counts the callers in next.
+	joined int
 }
+
+// Lingering. Under a concurrent load many device writes are still the
+// lone write of their group, and each costs an fsync, which on a VM costs
+// much CPU (the kernel's writeback and the virtual disk's
+// notifications). So when the load is concurrent (the group just
+// committed had lingerAt writers or more, or as many already wait for the
+// next), the committer waits linger before sealing the next group, so
+// that more join it. A lone writer (and the first write after an idle
+// spell) never waits. Measured on the 2-core VM with redis-benchmark SET
+// 4 KiB against `kvarray serve` (fsyncs counted with perf): fsyncs per
+// SET at -c 16 1.5 -> 0.64, CPU per SET 0.52 -> 0.44 ms, SET/s +14%; at
+// -c 50 -P 16 0.42 -> 0.18 fsyncs, 0.35 -> 0.28 ms, SET/s +50%; at -c 1
+// and -c 4 no difference beyond the noise.
+const (
+	lingerAt = 2
+	linger   = 2 * time.Millisecond
+)
 
 // group is one commit's writes and, once done is closed, its outcome.
 type group struct {
@@ -66,6 +85,7 @@ func (d *Device) commit(ctx context.Context, b *pdb.Batch) error {
 		q.mu.Unlock()
 		return failed(err)
 	}
+	q.joined++
 	if !q.busy {
 		q.busy = true
 		d.running.Add(1)
@@ -105,8 +125,8 @@ func (d *Device) commitLoop() {
 	q := &d.queue
 	for {
 		q.mu.Lock()
-		g := q.next
-		q.next = nil
+		g, size := q.next, q.joined
+		q.next, q.joined = nil, 0
 		if g == nil {
 			q.busy = false
 			q.mu.Unlock()
@@ -120,5 +140,11 @@ func (d *Device) commitLoop() {
 		}
 		g.b.Close()
 		close(g.done)
+		q.mu.Lock()
+		concurrent := size >= lingerAt || q.joined >= lingerAt
+		q.mu.Unlock()
+		if concurrent {
+			time.Sleep(linger)
+		}
 	}
 }
