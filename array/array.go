@@ -102,6 +102,7 @@ type options struct {
 	maxValue    int64
 	parallelism int
 	autoResync  time.Duration
+	metaCache   int
 }
 
 // Option configures Open and Create.
@@ -143,7 +144,6 @@ func WithParallelism(n int) Option { return func(o *options) { o.parallelism = n
 // Array is the virtual device. It is safe for concurrent use.
 type Array struct {
 	env      *mechanism.Env
-	devs     []device.Device
 	hdr      header
 	hdrMu    sync.Mutex
 	banked   bool // see flagBanked; fixed at open
@@ -164,10 +164,11 @@ type Array struct {
 	wg      sync.WaitGroup // async operations in flight
 	stop    chan struct{}  // closed by Close: stops background work
 	bg      sync.WaitGroup // background work
+	meta    *metaCache     // nil: none
 }
 
 func build(devs []device.Device, opts []Option) (*Array, error) {
-	o := options{maxValue: DefaultMaxValue, parallelism: 8}
+	o := options{maxValue: DefaultMaxValue, parallelism: 8, metaCache: DefaultMetaCache}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -186,13 +187,15 @@ func build(devs []device.Device, opts []Option) (*Array, error) {
 	names, limits := describe(devs)
 	a := &Array{
 		env:    mechanism.NewEnv(devs, names, limits),
-		devs:   devs,
 		o:      o,
 		byRM:   map[format.RM]mechanism.Mechanism{},
 		byName: map[string]mechanism.Mechanism{},
 		locks:  keylock.New(),
 		async:  make(chan struct{}, 64*o.parallelism),
 		stop:   make(chan struct{}),
+	}
+	if o.metaCache > 0 {
+		a.meta = newMetaCache(o.metaCache)
 	}
 	if limits.MaxKeyLen-format.KeyOverhead < 1 {
 		return nil, fmt.Errorf("array: devices take keys of at most %d bytes, too short for %d bytes of split number and kind", limits.MaxKeyLen, format.KeyOverhead)
@@ -337,7 +340,7 @@ func (a *Array) setReason(i int, err error) {
 }
 
 func (a *Array) allDevs() []int {
-	d := make([]int, len(a.devs))
+	d := make([]int, a.env.N())
 	for i := range d {
 		d[i] = i
 	}
@@ -348,7 +351,7 @@ func (a *Array) allDevs() []int {
 func (a *Array) ID() ID { return a.hdr.id }
 
 // N returns the number of devices.
-func (a *Array) N() int { return len(a.devs) }
+func (a *Array) N() int { return a.env.N() }
 
 // Mode returns the configured mode.
 func (a *Array) Mode() Mode { return a.o.mode }
@@ -384,8 +387,8 @@ func (a *Array) Close() error {
 	// A copy of a device taken while the array ran is older than this.
 	a.advanceEpoch(context.Background())
 	var errs []error
-	for i, d := range a.devs {
-		if err := d.Close(); err != nil {
+	for i := range a.env.N() {
+		if err := a.env.Device(i).Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close device %d (%s): %w", i, a.env.Name(i), err))
 		}
 	}
@@ -410,7 +413,7 @@ func hash(key []byte) uint64 { return xxhash.Sum64(key) }
 
 // primary returns the primary device of split s of key.
 func (a *Array) primary(key []byte, s int) int {
-	return int((hash(key) + uint64(s)) % uint64(len(a.devs)))
+	return int((hash(key) + uint64(s)) % uint64(a.env.N()))
 }
 
 func (a *Array) key(user []byte, s int) mechanism.Key {
@@ -539,7 +542,7 @@ func (a *Array) resyncReturned() {
 		if a.env.State(i) != mechanism.Failed && !behind {
 			continue
 		}
-		if _, err := a.devs[i].Info(ctx); err != nil {
+		if _, err := a.env.Device(i).Info(ctx); err != nil {
 			continue
 		}
 		_, _ = a.Resync(ctx, i)

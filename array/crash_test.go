@@ -39,19 +39,7 @@ import (
 //     every device gone still acknowledged it, reads back as acknowledged
 //     (the devices all come back: nothing may be lost).
 //
-// Violations are classed; "wrong value" (bytes that are no allowed
-// outcome, a deleted key back) fails the test always, the classes that
-// today's code still violates (issue 14) only with KVARRAY_TRUST_FAILING=1.
-
-// trustFailing reports whether the checks that fail on today's code
-// because of array bugs reported in issue 14 are on
-// (KVARRAY_TRUST_FAILING=1). Off, they are logged and CI stays green
-// until the fixes land.
-func trustFailing() bool { return os.Getenv("KVARRAY_TRUST_FAILING") != "" }
-
-// crashHoldsToday are the violation classes the crash test fails on
-// always; the others fail it only with KVARRAY_TRUST_FAILING=1.
-var crashHoldsToday = map[string]bool{"wrong value": true, "open fails": true, "heal fails": true, "scrub fails": true}
+// Violations are classed, and every class fails the test.
 
 // outcomes is what each key may read as after a run of writes: the last
 // acknowledged value, followed by every value whose write failed after it
@@ -471,12 +459,8 @@ func (p *crashPlan) everyOpReplayed(t *testing.T) (points int, fails []crashFail
 // reproduces them, and fails t for the classes that are checked.
 func (p *crashPlan) report(t *testing.T, how string, points int, fails []crashFailure) {
 	t.Helper()
-	errorf := t.Logf
-	if trustFailing() {
-		errorf = t.Errorf
-	}
 	for _, i := range slices.Sorted(maps.Keys(p.faultless)) {
-		errorf("workload op %d (%v) failed before any crash, within every mechanism's tolerance: %v", i, p.ops[i], p.faultless[i])
+		t.Errorf("workload op %d (%v) failed before any crash, within every mechanism's tolerance: %v", i, p.ops[i], p.faultless[i])
 	}
 	t.Logf("%s, %s: crashed at each of %d device operations of %d workload operations: %d violations",
 		p.cc.name, how, points, len(p.ops), len(fails))
@@ -486,21 +470,17 @@ func (p *crashPlan) report(t *testing.T, how string, points int, fails []crashFa
 	}
 	for _, class := range slices.Sorted(maps.Keys(byClass)) {
 		fs := byClass[class]
-		report := errorf
-		if crashHoldsToday[class] {
-			report = t.Errorf
-		}
 		points := map[[2]int64]bool{}
 		for _, f := range fs {
 			points[[2]int64{int64(f.op), f.at}] = true
 		}
-		report("%s: %d violations at %d crash points", class, len(fs), len(points))
+		t.Errorf("%s: %d violations at %d crash points", class, len(fs), len(points))
 		for _, f := range fs[:min(len(fs), 4)] {
 			what := "the repair"
 			if f.op < len(p.ops) {
 				what = p.ops[f.op].String()
 			}
-			report("  %s: crash at device op %d of workload op %d (%s; KVARRAY_CRASH_POINT=%d:%d), after %s: %s %s",
+			t.Errorf("  %s: crash at device op %d of workload op %d (%s; KVARRAY_CRASH_POINT=%d:%d), after %s: %s %s",
 				class, f.at, f.op, what, f.op, f.at, f.phase, f.key, f.detail)
 		}
 	}

@@ -244,7 +244,7 @@ func (a *Array) advanceEpoch(ctx context.Context) {
 		h.vec = make([]uint64, a.env.N())
 	}
 	var up []int
-	for i := range a.devs {
+	for i := range a.env.N() {
 		if a.env.State(i) != mechanism.Failed {
 			up = append(up, i)
 		}

@@ -144,18 +144,40 @@ func (r *rig) mustRead(key string, want []byte) {
 
 // piece reads and decodes split s of key on device i directly.
 func (r *rig) piece(i int, key string, s int) (format.Value, error) {
-	b, err := r.mems[i].Retrieve(context.Background(), format.Key([]byte(key), s, format.KindData))
+	b, err := r.raw(i, key, s)
 	if err != nil {
 		return format.Value{}, err
 	}
 	return format.Decode(b)
 }
 
+// raw returns device i's piece of split s of key: under the data key, or
+// under the bank key (mechanism.Banked) when only that, or a newer piece,
+// is there.
+func (r *rig) raw(i int, key string, s int) ([]byte, error) {
+	ctx := context.Background()
+	b, err := r.mems[i].Retrieve(ctx, format.Key([]byte(key), s, format.KindData))
+	bb, berr := r.mems[i].Retrieve(ctx, format.Key([]byte(key), s, format.KindBank))
+	if berr != nil {
+		return b, err
+	}
+	if err == nil {
+		v, derr := format.Decode(b)
+		bv, bderr := format.Decode(bb)
+		if derr == nil && (bderr != nil || v.Version > bv.Version) {
+			return b, nil
+		}
+	}
+	return bb, nil
+}
+
 // holders returns the devices holding a piece of split s of key.
 func (r *rig) holders(key string, s int) []int {
 	var out []int
 	for i, m := range r.mems {
-		if ok, _ := m.Exist(context.Background(), format.Key([]byte(key), s, format.KindData)); ok {
+		ok, _ := m.Exist(context.Background(), format.Key([]byte(key), s, format.KindData))
+		bank, _ := m.Exist(context.Background(), format.Key([]byte(key), s, format.KindBank))
+		if ok || bank {
 			out = append(out, i)
 		}
 	}

@@ -39,7 +39,7 @@ type scanned struct {
 // matching keys collected and sorted first: O(keys) memory and work for
 // it alone. The first error is left in *errp.
 func (a *Array) sortedScan(ctx context.Context, d int, prefix, start []byte, values bool, keep func([]byte) bool, errp *error) iter.Seq[scanEntry] {
-	dev := a.devs[d]
+	dev := a.env.Device(d)
 	return func(yield func(scanEntry) bool) {
 		info, err := dev.Info(ctx)
 		if err != nil {
@@ -108,21 +108,21 @@ func (a *Array) KeysFrom(ctx context.Context, prefix, after []byte, count int) (
 	}
 	defer a.end()
 	for range a.env.N() + 1 {
-		keys, next, failed, err := a.keysFrom(ctx, prefix, after, count)
+		keys, next, failed, gen, err := a.keysFrom(ctx, prefix, after, count)
 		if failed < 0 || err != nil {
 			return keys, next, err
 		}
 		// Its keys are listed by the devices holding their other pieces,
 		// once it is marked failed.
-		a.env.SetState(failed, mechanism.Failed)
+		a.env.MarkFailed(failed, gen)
 	}
 	return nil, nil, fmt.Errorf("keys from %s: devices keep failing: %w", shown(after), device.ErrDeviceFailed)
 }
 
 // keysFrom is one attempt at KeysFrom. failed ≥ 0 names a device that
-// failed during the listing and was not yet marked so: the caller marks
-// it and lists again.
-func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (keys [][]byte, next []byte, failed int, err error) {
+// failed during the listing (the device object of generation gen) and was
+// not yet marked so: the caller marks it and lists again.
+func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (keys [][]byte, next []byte, failed int, gen mechanism.Gen, err error) {
 	n := a.env.N()
 	var start []byte
 	if after != nil {
@@ -130,19 +130,21 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 		start = append(format.Key(after, 0, format.KindData), 0)
 	}
 	errs := make([]error, n)
+	gens := make([]mechanism.Gen, n)
 	var srcs []iter.Seq[scanEntry]
 	for i := 0; i < n; i++ {
 		keep := func(k []byte) bool {
 			user, split, kind, err := format.ParseKey(k)
-			return err == nil && kind == format.KindData && split == 0 && a.answersFor(i, user)
+			return err == nil && format.HoldsPiece(kind) && split == 0 && a.answersFor(i, user)
 		}
+		_, gens[i] = a.env.DeviceGen(i)
 		srcs = append(srcs, a.sortedScan(ctx, i, prefix, start, false, keep, &errs[i]))
 	}
 	// Keys only a device that cannot list them held: all of them, each
 	// call, and only while some device is not healthy.
 	more, err := a.unlistedKeys(ctx, prefix)
 	if err != nil {
-		return nil, nil, -1, err
+		return nil, nil, -1, nil, err
 	}
 	slices.SortFunc(more, bytes.Compare)
 	var extra []scanEntry
@@ -159,25 +161,31 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 			break
 		}
 		user, _, _, _ := format.ParseKey(m.Key)
+		if len(keys) > 0 && bytes.Equal(keys[len(keys)-1], user) || after != nil && bytes.Compare(user, after) <= 0 {
+			// Its data key and its bank key, from two devices (the bank
+			// key sorts after the data key: it may even come after
+			// after's).
+			continue
+		}
 		keys = append(keys, user)
 	}
 	for i, err := range errs {
 		switch {
 		case err == nil:
 		case errors.Is(err, device.ErrDeviceFailed) && a.env.State(i) != mechanism.Failed:
-			return nil, nil, i, nil
+			return nil, nil, i, gens[i], nil
 		case errors.Is(err, device.ErrDeviceFailed):
 		default:
-			return nil, nil, -1, fmt.Errorf("keys from %s: %w", shown(after), err)
+			return nil, nil, -1, nil, fmt.Errorf("keys from %s: %w", shown(after), err)
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, nil, -1, err
+		return nil, nil, -1, nil, err
 	}
 	if !complete {
 		next = keys[len(keys)-1]
 	}
-	return keys, next, -1, nil
+	return keys, next, -1, nil, nil
 }
 
 // answersFor reports whether device i lists user key u: it is the key's

@@ -46,9 +46,22 @@ type locator interface {
 	Locate(ctx context.Context, k mechanism.Key) (format.Header, bool, error)
 }
 
+// outOfPlace is implemented by mechanisms that write the pieces past the
+// primary under the key the version selects (mechanism.Banked): an
+// overwrite gets a version whose bank is not the replaced value's, and
+// overwrites only the primary's piece of it.
+type outOfPlace interface{ WritesOutOfPlace() bool }
+
+// banksPastPrimary reports whether m writes the pieces past the primary of
+// a write of version v under the bank key.
+func banksPastPrimary(m mechanism.Mechanism, v uint64) bool {
+	o, ok := m.(outOfPlace)
+	return ok && o.WritesOutOfPlace() && mechanism.Banked(1, v)
+}
+
 // needsPrevious is implemented by mechanisms that must be handed the
-// previous value of a split they overwrite (Packing), so the array reads
-// before writing for them even in standalone mode.
+// previous value of a split they overwrite, payload included (Packing),
+// so the array reads before writing for them even in standalone mode.
 type needsPrevious interface{ NeedsPrevious() bool }
 
 // locate finds which mechanism wrote split k: from the primary's header
@@ -62,9 +75,7 @@ func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 	// wanted version is: ask the other devices as for a lost piece.
 	otherVersion := p.OK() && k.Want != 0 && p.Value.Version != k.Want
 	if otherVersion {
-		if w := min(a.maxWidth, a.env.N()); w > 1 {
-			have = append(have, a.env.ReadSpan(ctx, k, 1, w, nil)...)
-		}
+		have = a.readNeighbours(ctx, k, have)
 	}
 	if !p.OK() {
 		if err := ctx.Err(); err != nil {
@@ -86,9 +97,7 @@ func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 		// The primary cannot tell (failed, corrupt, stale, or being
 		// rebuilt): ask the devices that can hold pieces under the data
 		// key too, and trust the newest.
-		if w := min(a.maxWidth, a.env.N()); w > 1 {
-			have = append(have, a.env.ReadSpan(ctx, k, 1, w, nil)...)
-		}
+		have = a.readNeighbours(ctx, k, have)
 	}
 	best := -1
 	for i := range have {
@@ -142,7 +151,31 @@ func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 	if best == 0 {
 		l.payload = have[0].Value.Payload
 	}
+	if _, ok := m.(outOfPlace); !ok {
+		// Bank pieces are Splitting's alone: another mechanism must
+		// not take them for its pieces on their devices.
+		l.have = slices.DeleteFunc(have, func(p mechanism.Piece) bool { return p.Bank })
+	}
 	return l, nil
+}
+
+// readNeighbours appends to have the pieces of k on the devices past its
+// primary that can hold any, under the data key and the bank key.
+func (a *Array) readNeighbours(ctx context.Context, k mechanism.Key, have []mechanism.Piece) []mechanism.Piece {
+	w := min(a.maxWidth, a.env.N())
+	if w <= 1 {
+		return have
+	}
+	var bank []mechanism.Piece
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		bank = a.env.ReadBankSpan(ctx, k, 1, w, nil)
+	}()
+	have = append(have, a.env.ReadSpan(ctx, k, 1, w, nil)...)
+	wg.Wait()
+	return append(have, bank...)
 }
 
 // Store writes value under key, replacing any previous value.
@@ -175,6 +208,18 @@ func (a *Array) Delete(ctx context.Context, key []byte) error {
 	return err
 }
 
+// noted updates the metadata cache with what a read of key under its lock
+// learned: l located its value (err nil), or it has none (ErrNotFound).
+// Any other error says nothing, and changes nothing either.
+func (a *Array) noted(key []byte, l *located, err error) {
+	switch {
+	case err == nil:
+		a.meta.put(key, l.m, l.hdr)
+	case errors.Is(err, ErrNotFound):
+		a.meta.put(key, nil, format.Header{})
+	}
+}
+
 // Exist reports whether key exists.
 func (a *Array) Exist(ctx context.Context, key []byte) (bool, error) {
 	if err := a.checkKey(key); err != nil {
@@ -194,7 +239,8 @@ func (a *Array) exists(ctx context.Context, key []byte) (bool, error) {
 		return false, err
 	}
 	defer tk.Release()
-	_, err = a.locate(ctx, a.key(key, 0))
+	l, err := a.locate(ctx, a.key(key, 0))
+	a.noted(key, l, err)
 	switch {
 	case err == nil:
 		return true, nil
@@ -228,7 +274,15 @@ func (a *Array) prepareStore(key, value []byte, c call) (mechanism.Mechanism, er
 }
 
 // store runs under key's lock.
-func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechanism, c call) error {
+func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechanism, c call) (err error) {
+	var written *format.Header // the new value's, once it is in place
+	defer func() {
+		if err != nil || written == nil {
+			a.meta.forget(key)
+			return
+		}
+		a.meta.put(key, m, *written)
+	}()
 	n := splitsFor(m, len(value))
 	if m.Tolerates() == 0 {
 		if err := a.markFlag(ctx, flagUnprotected, "a value without redundancy"); err != nil {
@@ -242,15 +296,9 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 	}
 	var prev *located
 	if a.readsBeforeWrite(m, c, n) {
-		l, err := a.locate(ctx, a.key(key, 0))
-		switch {
-		case err == nil:
-			prev = l
-		case errors.Is(err, ErrNotFound), errors.Is(err, ErrUnavailable), errors.Is(err, ErrDataLoss):
-			// Nothing readable to update: the store replaces whatever is
-			// there, and fails if the devices it needs do not answer.
-		default:
-			return fmt.Errorf("read previous value: %w", err)
+		var err error
+		if prev, err = a.previous(ctx, key, m); err != nil {
+			return err
 		}
 	}
 	var ph *format.Header
@@ -267,6 +315,10 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 		}
 		return p
 	}
+	obj := mechanism.Object{Splits: uint32(n), ObjectLen: uint64(len(value)), Version: a.clock.Next()}
+	for !a.versionFits(obj.Version, m, n, prev) {
+		obj.Version = a.clock.Next()
+	}
 	// The new value is written first and what the old one leaves beyond it
 	// is released after: a store that fails midway then leaves the old
 	// value with all its redundancy, rather than neither value whole.
@@ -281,6 +333,9 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 					return nil // m.Store updates it in place
 				}
 				keep = m.Width()
+				if banksPastPrimary(m, obj.Version) {
+					keep = 1 // the old pieces past the primary were not touched
+				}
 			}
 			return prev.m.Release(ctx, a.splitKey(key, s, ph.Version), prevFor(s), keep)
 		})
@@ -288,10 +343,6 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 			return fmt.Errorf("release previous value: %w", err)
 		}
 		return nil
-	}
-	obj := mechanism.Object{Splits: uint32(n), ObjectLen: uint64(len(value)), Version: a.clock.Next()}
-	for a.banked && n > 1 && prevSplits > 1 && obj.Version&1 == ph.Version&1 {
-		obj.Version = a.clock.Next() // the other bank
 	}
 	sc := m.SplitCap()
 	storeSplit := func(s int) error {
@@ -302,7 +353,6 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 		}
 		return m.Store(ctx, a.splitKey(key, s, obj.Version), obj, value[lo:hi], pv)
 	}
-	var err error
 	if a.banked && n > 1 {
 		// Split 0 last: it is what makes the new value the current one.
 		if err = a.forSplits(ctx, n-1, func(i int) error { return storeSplit(i + 1) }); err == nil {
@@ -326,6 +376,9 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 		}
 		return err
 	}
+	if err == nil {
+		written = &format.Header{RM: m.RM(), Splits: obj.Splits, ObjectLen: obj.ObjectLen, Version: obj.Version}
+	}
 	if err != nil || prev == nil {
 		return err
 	}
@@ -334,17 +387,71 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 	return release()
 }
 
+// versionFits reports whether a store of n splits by m over prev (nil
+// when unknown) may take version v: a huge value over a huge value takes
+// the other bank of splits (bankBit), and a mechanism writing out of place
+// the other bank of pieces past the primary (mechanism.Banked) than what
+// prev's pieces there are under.
+func (a *Array) versionFits(v uint64, m mechanism.Mechanism, n int, prev *located) bool {
+	if prev == nil {
+		return true
+	}
+	ph := prev.header()
+	if a.banked && n > 1 && ph.Splits > 1 && v&1 == ph.Version&1 {
+		return false
+	}
+	if o, ok := m.(outOfPlace); ok && o.WritesOutOfPlace() {
+		return banksPastPrimary(m, v) != banksPastPrimary(prev.m, ph.Version)
+	}
+	return true
+}
+
 // readsBeforeWrite: hybrid stores must learn the previous mechanism; so
-// must custom stores and any store once the array is mixed. A standalone
-// store of a huge value also reads, to remove excess splits of the value
-// it replaces (a negligible cost next to the value itself).
+// must custom stores and any store once the array is mixed, and stores by
+// a mechanism that must know what it replaces (needsPrevious, outOfPlace:
+// which bank to write). A standalone store of a huge value also reads, to
+// remove excess splits of the value it replaces (a negligible cost next
+// to the value itself).
 func (a *Array) readsBeforeWrite(m mechanism.Mechanism, c call, n int) bool {
-	if np, ok := m.(needsPrevious); a.o.mode == Hybrid || c.rm != "" || n > 1 || (ok && np.NeedsPrevious()) {
+	if a.o.mode == Hybrid || c.rm != "" || n > 1 || needsPayload(m) {
+		return true
+	}
+	if o, ok := m.(outOfPlace); ok && o.WritesOutOfPlace() {
 		return true
 	}
 	a.hdrMu.Lock()
 	defer a.hdrMu.Unlock()
 	return a.hdr.flags&flagMixed != 0
+}
+
+// needsPayload reports whether m must be given the previous value's
+// payload (needsPrevious), which only a read of the devices has.
+func needsPayload(m mechanism.Mechanism) bool {
+	np, ok := m.(needsPrevious)
+	return ok && np.NeedsPrevious()
+}
+
+// previous returns what key holds, as store needs it: from the metadata
+// cache when it knows the key and neither m nor the key's mechanism needs
+// the previous payload, else by locating it (one read of the primary).
+// nil: nothing readable to update.
+func (a *Array) previous(ctx context.Context, key []byte, m mechanism.Mechanism) (*located, error) {
+	if e, ok := a.meta.get(key); ok && !needsPayload(m) && (e.m == nil || !needsPayload(e.m)) {
+		if e.m == nil {
+			return nil, nil
+		}
+		return &located{m: e.m, hdr: e.hdr}, nil
+	}
+	l, err := a.locate(ctx, a.key(key, 0))
+	switch {
+	case err == nil:
+		return l, nil
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrUnavailable), errors.Is(err, ErrDataLoss):
+		// Nothing readable to update: the store replaces whatever is
+		// there, and fails if the devices it needs do not answer.
+		return nil, nil
+	}
+	return nil, fmt.Errorf("read previous value: %w", err)
 }
 
 // markFlag records an array-wide flag in the array header (flagMixed: a
@@ -363,7 +470,7 @@ func (a *Array) markFlag(ctx context.Context, flag byte, what string) error {
 	// Close, Resync): so the flag needs as many devices as a write of
 	// any mechanism needs to survive two losses, not every device.
 	var up []int
-	for i := range a.devs {
+	for i := range a.env.N() {
 		if a.env.State(i) != mechanism.Failed {
 			up = append(up, i)
 		}
@@ -375,7 +482,7 @@ func (a *Array) markFlag(ctx context.Context, flag byte, what string) error {
 			took++
 		}
 	}
-	if need := min(3, len(a.devs)); took < need {
+	if need := min(3, a.env.N()); took < need {
 		return fmt.Errorf("record %s in the array header: %d devices took it, %d needed: %w", what, took, need, err)
 	}
 	a.hdr = h
@@ -437,6 +544,7 @@ func (a *Array) forSplits(ctx context.Context, n int, fn func(s int) error) erro
 func (a *Array) retrieve(ctx context.Context, key []byte) ([]byte, error) {
 	k0 := a.key(key, 0)
 	l, err := a.locate(ctx, k0)
+	a.noted(key, l, err)
 	if err != nil {
 		return nil, err
 	}
@@ -488,7 +596,14 @@ func (a *Array) retrieve(ctx context.Context, key []byte) ([]byte, error) {
 }
 
 // remove runs under key's lock.
-func (a *Array) remove(ctx context.Context, key []byte) error {
+func (a *Array) remove(ctx context.Context, key []byte) (err error) {
+	defer func() {
+		if err == nil || errors.Is(err, ErrNotFound) {
+			a.meta.put(key, nil, format.Header{})
+		} else {
+			a.meta.forget(key)
+		}
+	}()
 	l, err := a.locate(ctx, a.key(key, 0))
 	if err != nil {
 		return err
@@ -576,12 +691,15 @@ func (a *Array) Keys(ctx context.Context, prefix []byte) ([][]byte, error) {
 func (a *Array) keys(ctx context.Context, prefix []byte) ([][]byte, error) {
 	lists := make([][][]byte, a.env.N())
 	errs := make([]error, a.env.N())
+	gens := make([]mechanism.Gen, a.env.N())
 	var wg sync.WaitGroup
 	for i := 0; i < a.env.N(); i++ {
+		var d device.Device
+		d, gens[i] = a.env.DeviceGen(i)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lists[i], errs[i] = a.deviceKeys(ctx, i, prefix)
+			lists[i], errs[i] = a.deviceKeys(ctx, d, i, prefix)
 		}()
 	}
 	wg.Wait()
@@ -592,7 +710,7 @@ func (a *Array) keys(ctx context.Context, prefix []byte) ([][]byte, error) {
 			// Its keys are listed by the devices holding their other
 			// pieces, once it is marked failed.
 			if a.env.State(i) != mechanism.Failed {
-				a.env.SetState(i, mechanism.Failed)
+				a.env.MarkFailed(i, gens[i])
 				return a.keys(ctx, prefix)
 			}
 		default:
@@ -660,12 +778,12 @@ func compareBytes(x, y []byte) int {
 	return slices.Compare(x, y)
 }
 
-// deviceKeys lists the user keys device i answers for.
-func (a *Array) deviceKeys(ctx context.Context, i int, prefix []byte) ([][]byte, error) {
+// deviceKeys lists the user keys device i (d) answers for.
+func (a *Array) deviceKeys(ctx context.Context, d device.Device, i int, prefix []byte) ([][]byte, error) {
 	var keys [][]byte
-	err := a.devs[i].Iterate(ctx, prefix, func(k []byte) error {
+	err := d.Iterate(ctx, prefix, func(k []byte) error {
 		user, split, kind, err := format.ParseKey(k)
-		if err != nil || kind != format.KindData || split != 0 {
+		if err != nil || !format.HoldsPiece(kind) || split != 0 {
 			return nil
 		}
 		if p := a.primary(user, 0); p == i || a.env.State(p) != mechanism.Healthy {
@@ -678,6 +796,7 @@ func (a *Array) deviceKeys(ctx context.Context, i int, prefix []byte) ([][]byte,
 
 // repair runs under key's lock.
 func (a *Array) repair(ctx context.Context, key []byte) (int, error) {
+	a.meta.forget(key) // a repair may settle on another version
 	n, _, err := a.repairSized(ctx, key)
 	return n, err
 }
@@ -707,8 +826,13 @@ func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error)
 				return n, err
 			}
 			// Past the mechanism's width, no piece under the data key
-			// belongs to this value.
-			swept, err := a.sweep(ctx, k, l.m.Width())
+			// belongs to this value, nor any under the bank key unless
+			// its mechanism banks (and then it repaired that itself).
+			bankFrom := 1
+			if _, ok := l.m.(outOfPlace); ok {
+				bankFrom = l.m.Width()
+			}
+			swept, err := a.sweep(ctx, k, l.m.Width(), bankFrom)
 			return n + swept, err
 		}
 		// Split 0 first: its repair may settle on a newer version than
@@ -752,7 +876,7 @@ func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error)
 	}
 	for _, b := range a.leftoverBanks(splits, version) {
 		for s := b.from; s < a.maxSplits(); s++ {
-			n, err := a.sweep(ctx, a.splitKey(key, s, b.version), 0)
+			n, err := a.sweep(ctx, a.splitKey(key, s, b.version), 0, 0)
 			total += n
 			if err != nil {
 				return total, size, err
@@ -783,42 +907,59 @@ func (a *Array) sweepIfLeftover(ctx context.Context, key []byte, split int) (int
 		return 0, err
 	}
 	k := mechanism.Key{User: key, Split: split, Primary: a.primary(key, a.logical(split))}
-	return a.sweep(ctx, k, 0)
+	return a.sweep(ctx, k, 0, 0)
 }
 
-// sweep deletes the data-key pieces of k on the devices at offsets
-// [from, maxWidth) from its primary and returns how many there were.
-func (a *Array) sweep(ctx context.Context, k mechanism.Key, from int) (int, error) {
-	devs := a.env.Span(k, from, min(a.maxWidth, a.env.N()))
-	if len(devs) == 0 {
-		return 0, nil
+// sweep deletes the pieces of k under its data key on the devices at
+// offsets [from, maxWidth) from its primary, and under its bank key from
+// offset max(bankFrom, 1) (see mechanism.Banked), and returns how many
+// there were.
+func (a *Array) sweep(ctx context.Context, k mechanism.Key, from, bankFrom int) (int, error) {
+	w := min(a.maxWidth, a.env.N())
+	type target struct {
+		key  []byte
+		devs []int
 	}
-	ops := make([]mechanism.Op, len(devs))
-	for i, d := range devs {
-		ops[i] = mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpExist, Key: k.Data()}}
-	}
-	a.env.Do(ctx, ops)
-	var found, blind []int
-	var errs []error
-	for i := range ops {
-		switch {
-		case errors.Is(ops[i].Err, device.ErrDeviceFailed):
-			// Swept when it is resynced, before it serves again.
-		case errors.Is(ops[i].Err, mechanism.ErrStale):
-			blind = append(blind, ops[i].Dev) // whatever it holds goes
-		case ops[i].Err != nil:
-			errs = append(errs, ops[i].Err)
-		case ops[i].Found:
-			found = append(found, ops[i].Dev)
+	targets := []target{{k.Data(), a.env.Span(k, from, w)}, {k.Bank(), a.env.Span(k, max(bankFrom, 1), w)}}
+	var ops []mechanism.Op
+	for _, t := range targets {
+		for _, d := range t.devs {
+			ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpExist, Key: t.key}})
 		}
 	}
-	// Devices that cannot say (stale, being rebuilt) get a blind delete
-	// but do not count, so that the caller's walk over splits ends.
-	if err := a.env.Delete(ctx, k.Data(), append(found, blind...), 0); err != nil {
-		errs = append(errs, err)
+	if len(ops) == 0 {
+		return 0, nil
+	}
+	a.env.Do(ctx, ops)
+	count := 0
+	var errs []error
+	for _, t := range targets {
+		var found, blind []int
+		for i := range ops[:len(t.devs)] {
+			switch {
+			case errors.Is(ops[i].Err, device.ErrDeviceFailed):
+				// Swept when it is resynced, before it serves again.
+			case errors.Is(ops[i].Err, mechanism.ErrStale):
+				blind = append(blind, ops[i].Dev) // whatever it holds goes
+			case ops[i].Err != nil:
+				errs = append(errs, ops[i].Err)
+			case ops[i].Found:
+				found = append(found, ops[i].Dev)
+			}
+		}
+		ops = ops[len(t.devs):]
+		// Devices that cannot say (stale, being rebuilt) get a blind
+		// delete but do not count, so that the caller's walk over splits
+		// ends.
+		if devs := append(found, blind...); len(devs) > 0 {
+			if err := a.env.Delete(ctx, t.key, devs, 0); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		count += len(found)
 	}
 	if len(errs) > 0 {
 		return 0, fmt.Errorf("sweep orphans of split %d: %w", k.Split, errors.Join(errs...))
 	}
-	return len(found), nil
+	return count, nil
 }

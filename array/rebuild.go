@@ -1,6 +1,7 @@
 package array
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -113,8 +114,7 @@ func (a *Array) ReplaceDevice(ctx context.Context, i int, dev device.Device) err
 		return fmt.Errorf("replace: %w", err)
 	}
 	if dev != nil {
-		old := a.devs[i]
-		a.devs[i] = dev
+		old := a.env.Device(i)
 		a.env.SetDevice(i, dev)
 		_ = old.Close()
 	}
@@ -143,7 +143,7 @@ func (a *Array) Resync(ctx context.Context, i int, opts ...HealOption) (RebuildR
 		return rep, fmt.Errorf("resync: %w", err)
 	}
 	rep.Name = a.env.Name(i)
-	b, err := a.devs[i].Retrieve(ctx, headerKey)
+	b, err := a.env.Device(i).Retrieve(ctx, headerKey)
 	if err != nil {
 		return rep, fmt.Errorf("resync device %d (%s): read its header: %w", i, rep.Name, err)
 	}
@@ -199,6 +199,9 @@ type healItem struct {
 	at    []byte
 	scan  *scanRead // nil: restore by repair
 }
+
+// errNotScanned is the error of a piece a rebuild's scan found absent.
+var errNotScanned = fmt.Errorf("%w: absent from the rebuild's scan", device.ErrNotFound)
 
 // scanRead is what a rebuild's scan read of a key on the other devices:
 // its pieces there, valid for the restore unless the key was written to
@@ -289,11 +292,11 @@ func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (Rebuild
 // average (pieces, not keys, but each restored piece is one key's).
 func (a *Array) rebuildEstimate(ctx context.Context, i int) int64 {
 	var sum, n int64
-	for d := range a.devs {
+	for d := range a.env.N() {
 		if d == i || a.env.State(d) == mechanism.Failed {
 			continue
 		}
-		if info, err := a.devs[d].Info(ctx); err == nil {
+		if info, err := a.env.Device(d).Info(ctx); err == nil {
 			sum, n = sum+info.Keys, n+1
 		}
 	}
@@ -318,21 +321,59 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 	}
 	near := func(k []byte) bool {
 		user, split, kind, err := format.ParseKey(k)
-		return err == nil && kind == format.KindData && (i-a.primary(user, a.logical(split))+n)%n < w
+		return err == nil && format.HoldsPiece(kind) && (i-a.primary(user, a.logical(split))+n)%n < w
 	}
 	errs := make([]error, n)
 	var srcs []iter.Seq[scanEntry]
+	var scanned []int
 	for d := 0; d < n; d++ {
 		dist := (i - d + n) % n // how far d is before i
 		back := (d - i + n) % n // how far d is after i
 		if d == i || (dist >= w && back >= w) || a.env.State(d) == mechanism.Failed {
 			continue
 		}
+		scanned = append(scanned, d)
 		srcs = append(srcs, a.sortedScan(ctx, d, nil, start, true, near, &errs[d]))
+	}
+	// absent completes the pieces of a key the scan read with the devices
+	// it scanned that hold none, under either key: as current as the
+	// pieces read (see scanCurrent), they spare the repair a read. A
+	// device whose scan failed says nothing.
+	absent := func(pieces []mechanism.Piece) []mechanism.Piece {
+		for _, bank := range []bool{false, true} {
+			for _, d := range scanned {
+				if errs[d] == nil && !slices.ContainsFunc(pieces, func(p mechanism.Piece) bool { return p.Dev == d && p.Bank == bank }) {
+					pieces = append(pieces, mechanism.Piece{Dev: d, Bank: bank, Err: errNotScanned})
+				}
+			}
+		}
+		return pieces
+	}
+	// A value whose pieces past the primary are under its bank key
+	// (mechanism.Banked) shows as two neighbouring keys, its data key
+	// (the primary's piece) and its bank key: they make one item.
+	var pending *healItem
+	var pendingKnown bool
+	flush := func() bool {
+		it := pending
+		pending = nil
+		if it == nil {
+			return true
+		}
+		if pendingKnown {
+			if !a.onDevice(it.user, it.split, it.hdr, i) {
+				return true
+			}
+			it.scan.pieces = absent(it.scan.pieces)
+		} else {
+			it.hdr, it.scan = nil, nil
+		}
+		return emit(*it)
 	}
 	for m := range merge.Sorted(srcs) {
 		var hdr *format.Header
 		known := true
+		user, split, kind, _ := format.ParseKey(m.Key)
 		pieces := make([]mechanism.Piece, 0, len(m.Entries))
 		for _, e := range m.Entries {
 			v, err := format.Decode(e.Val.value)
@@ -342,19 +383,26 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 			case hdr == nil || v.Version > hdr.Version:
 				hdr = &v.Header
 			}
-			pieces = append(pieces, mechanism.Piece{Dev: e.Val.dev, Value: v})
+			pieces = append(pieces, mechanism.Piece{Dev: e.Val.dev, Bank: kind == format.KindBank, Value: v})
 		}
-		user, split, _, _ := format.ParseKey(m.Key)
-		it := healItem{user: user, split: split, onlyFor: i, at: m.Key}
-		if known {
-			if !a.onDevice(user, split, hdr, i) {
-				continue
+		if pending != nil && kind == format.KindBank && pending.split == split && bytes.Equal(pending.user, user) {
+			pending.at = m.Key
+			pending.scan.pieces = append(pending.scan.pieces, pieces...)
+			if hdr != nil && (pending.hdr == nil || hdr.Version > pending.hdr.Version) {
+				pending.hdr = hdr
 			}
-			it.hdr, it.scan = hdr, &scanRead{pieces: pieces, watch: watch, gen: gen}
+			pendingKnown = pendingKnown && known
+			continue
 		}
-		if !emit(it) {
+		if !flush() {
 			return ctx.Err()
 		}
+		pending = &healItem{user: user, split: split, onlyFor: i, at: m.Key, hdr: hdr,
+			scan: &scanRead{pieces: pieces, watch: watch, gen: gen}}
+		pendingKnown = known && hdr != nil
+	}
+	if !flush() {
+		return ctx.Err()
 	}
 	var list []error
 	for _, err := range errs {
@@ -396,7 +444,7 @@ var checkpointKey = format.Key([]byte("\x00kvarray-rebuilt-at"), 0, format.KindA
 // checkpoint returns the internal key up to which an interrupted rebuild
 // of device i scanned and repaired, and how many keys that was.
 func (a *Array) checkpoint(ctx context.Context, i int) ([]byte, int64) {
-	b, err := a.devs[i].Retrieve(ctx, checkpointKey)
+	b, err := a.env.Device(i).Retrieve(ctx, checkpointKey)
 	if err != nil {
 		return nil, 0
 	}
@@ -411,7 +459,7 @@ func (a *Array) saveCheckpoint(ctx context.Context, i int, at []byte, count int6
 	p := binary.BigEndian.AppendUint64(nil, uint64(count))
 	p = append(p, at...)
 	h := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(p)), ObjectLen: uint64(len(p))}
-	_ = a.devs[i].Store(context.WithoutCancel(ctx), checkpointKey, format.Encode(&h, p))
+	_ = a.env.Device(i).Store(context.WithoutCancel(ctx), checkpointKey, format.Encode(&h, p))
 }
 
 // heal repairs the items source emits, workers at once, reporting
@@ -559,7 +607,7 @@ func (a *Array) heal(ctx context.Context, dev int, source func(emit func(healIte
 			a.env.SetState(dev, mechanism.Rebuilding)
 			return rep, fmt.Errorf("heal device %d: clear its rebuilding mark: %w", dev, err)
 		}
-		_ = a.devs[dev].Delete(ctx, checkpointKey)
+		_ = a.env.Device(dev).Delete(ctx, checkpointKey)
 	}
 	return rep, nil
 }
@@ -600,7 +648,7 @@ func (a *Array) healOne(ctx context.Context, it healItem) (int, int64, error) {
 		if err != nil {
 			return 0, 0, err
 		}
-		if kind != format.KindData {
+		if !format.HoldsPiece(kind) {
 			for _, m := range a.mechs {
 				if kr, ok := m.(keyRepairer); ok {
 					if handled, err := kr.RepairKey(ctx, it.internal); handled {
@@ -615,6 +663,9 @@ func (a *Array) healOne(ctx context.Context, it healItem) (int, int64, error) {
 	if err := a.checkKey(user); err != nil {
 		return 0, 0, err
 	}
+	// A repair may settle on another version (a store in flight found
+	// whole): what the cache knew of the key goes.
+	defer a.meta.forget(user)
 	if it.hdr != nil {
 		if n, size, ok := a.restoreScanned(ctx, it); ok {
 			return n, size, nil
@@ -727,11 +778,18 @@ func (a *Array) scanCurrent(k mechanism.Key, it healItem) bool {
 	if it.scan == nil {
 		return false
 	}
-	key := k.Data()
-	if it.scan.watch.TouchedSince(key, it.scan.gen) {
+	data, bank := k.Data(), k.Bank()
+	if it.scan.watch.TouchedSince(data, it.scan.gen) || it.scan.watch.TouchedSince(bank, it.scan.gen) {
 		return false
 	}
 	for _, p := range it.scan.pieces {
+		if errors.Is(p.Err, errNotScanned) {
+			continue // what the scan did not find it did not read
+		}
+		key := data
+		if p.Bank {
+			key = bank
+		}
 		if a.env.State(p.Dev) != mechanism.Healthy || a.env.Missing(p.Dev, key) {
 			return false
 		}

@@ -85,10 +85,9 @@ func TestRebuildWhileKeysChange(t *testing.T) {
 				t.Fatalf("rebuild: %v (%+v)", err, rep)
 			}
 			for i := range n {
-				k := format.Key([]byte(key(i)), 0, format.KindData)
 				p := r.a.primary([]byte(key(i)), 0)
 				onDev := (dev-p+6)%6 < width
-				b, err := r.mems[dev].Retrieve(ctx, k)
+				b, err := r.raw(dev, key(i), 0)
 				switch {
 				case model[i] == nil || !onDev:
 					if !errors.Is(err, device.ErrNotFound) {

@@ -102,7 +102,7 @@ func TestMeasureRebuildPebble(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := a.devs[lost].Info(ctx)
+	info, err := a.env.Device(lost).Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

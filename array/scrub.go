@@ -67,11 +67,11 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 		if a.env.State(d) == mechanism.Failed {
 			continue
 		}
-		err := a.devs[d].Iterate(ctx, nil, func(k []byte) error {
+		err := a.env.Device(d).Iterate(ctx, nil, func(k []byte) error {
 			user, _, kind, err := format.ParseKey(k)
 			switch {
 			case err != nil || kind == format.KindArray:
-			case kind == format.KindData:
+			case format.HoldsPiece(kind):
 				if !seen[string(user)] {
 					seen[string(user)] = true
 					items = append(items, healItem{user: slices.Clone(user), onlyFor: -1})

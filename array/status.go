@@ -51,18 +51,37 @@ type Status struct {
 	Overhead float64 `json:"storage_overhead"`
 	// Unreadable counts objects whose header could not be read.
 	Unreadable int64 `json:"unreadable_objects"`
+	// Deep: the objects were counted (StatusDeep); without it Mechanisms,
+	// Objects, UserBytes, Overhead and Unreadable are not filled in.
+	Deep bool `json:"deep"`
 }
 
-// Status reports the devices' health and accounting, and the objects and
-// user bytes per mechanism. It reads the header of every object, so it
-// costs a pass over the keys.
-func (a *Array) Status(ctx context.Context) (Status, error) {
+// StatusOption modifies Status.
+type StatusOption func(*statusOptions)
+
+type statusOptions struct{ deep bool }
+
+// StatusDeep makes Status count the objects and user bytes per mechanism,
+// reading the header of every object: a pass over the keys, proportional
+// to their number, that a device failing under it can slow to its
+// timeout.
+func StatusDeep() StatusOption { return func(o *statusOptions) { o.deep = true } }
+
+// Status reports the devices' health and accounting: one Info call per
+// device, whatever the number of keys. With StatusDeep it also counts the
+// objects and user bytes per mechanism.
+func (a *Array) Status(ctx context.Context, opts ...StatusOption) (Status, error) {
+	var o statusOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := a.begin(); err != nil {
 		return Status{}, err
 	}
 	defer a.end()
 	st := Status{ID: a.hdr.id.String(), Mode: a.o.mode.String(), Default: a.def.Name()}
-	for i, d := range a.devs {
+	for i := range a.env.N() {
+		d, gen := a.env.DeviceGen(i)
 		ds := DeviceStatus{Index: i, Name: a.env.Name(i), State: a.env.State(i).String(), ResyncKeys: a.env.MissedCount(i)}
 		if a.env.State(i) == mechanism.Healthy && ds.ResyncKeys > 0 {
 			ds.State = StateDegradedBehind
@@ -73,8 +92,8 @@ func (a *Array) Status(ctx context.Context) (Status, error) {
 		info, err := d.Info(ctx)
 		if err != nil {
 			if errors.Is(err, device.ErrDeviceFailed) {
-				a.env.SetState(i, mechanism.Failed)
-				ds.State = mechanism.Failed.String()
+				a.env.MarkFailed(i, gen)
+				ds.State = a.env.State(i).String()
 			}
 			if ds.Reason == "" {
 				ds.Reason = err.Error()
@@ -85,6 +104,10 @@ func (a *Array) Status(ctx context.Context) (Status, error) {
 		st.DeviceBytes += ds.Used
 		st.Devices = append(st.Devices, ds)
 	}
+	if !o.deep {
+		return st, nil
+	}
+	st.Deep = true
 	per := map[string]*MechanismStatus{}
 	for _, m := range a.mechs {
 		per[m.Name()] = &MechanismStatus{Name: m.Name()}

@@ -143,6 +143,7 @@ func (res *Result) check(o Options) error {
 		writes, reads, space = exactly(n), exactly(1), exactly(n)
 	case "splitting":
 		writes, reads, space = exactly(k+r), exactly(k), exactly((k+r)/k)
+		hybrid = 1 // splitting reads before every write: an overwrite uses the other bank
 	case "packing":
 		writes, reads, space = span{(k + r) / k, 1 + r}, exactly(1), span{(k + r) / k, 1 + r}
 		hybrid = 1 // packing reads before every write
@@ -192,8 +193,13 @@ func (res *Result) check(o Options) error {
 		ratio("read amplification", res.ReadAmp, exactly(1), p.Reads)
 	case Delete:
 		deletes := writes
-		if res.Mechanism == "packing" {
+		switch res.Mechanism {
+		case "packing":
 			deletes = span{1, 1 + r}
+		case "splitting", Thresholds:
+			// Both banks of the shards past the primary (see
+			// mechanism.Banked).
+			deletes.hi = 2*(k+r) - 1
 		}
 		if !deletes.holds(p.Deletes) {
 			bad("device deletes per delete = %.3f, want %s", p.Deletes, deletes)

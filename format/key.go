@@ -27,7 +27,7 @@ const KeyOverhead = 3
 const MaxSplits = 1 << 16
 
 // Kind tells what an internal key holds. Mechanisms may define their own
-// kinds in the range [KindMechanism, KindArray).
+// kinds in the range [KindMechanism, KindBank).
 type Kind uint8
 
 // Kinds.
@@ -37,9 +37,19 @@ const (
 	// KindMechanism is the first kind reserved for mechanisms' own objects
 	// (parity, metadata).
 	KindMechanism Kind = 1
+	// KindBank holds a piece of a user value that its mechanism wrote out
+	// of place: the pieces past the primary of a write of odd version,
+	// for mechanisms whose in-place overwrite could leave neither the old
+	// nor the new value whole (Splitting, see mechanism.Key.PieceKey).
+	// Its pieces obey the placement rules of KindData's.
+	KindBank Kind = 0xFE
 	// KindArray holds the array's own metadata (the array header).
 	KindArray Kind = 0xFF
 )
+
+// HoldsPiece reports whether keys of kind hold pieces of user values,
+// placed on the devices from their split's primary: KindData and KindBank.
+func HoldsPiece(kind Kind) bool { return kind == KindData || kind == KindBank }
 
 // ErrBadKey is returned when an internal key cannot be parsed.
 var ErrBadKey = errors.New("malformed internal key")

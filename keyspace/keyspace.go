@@ -5,11 +5,13 @@
 // Invariants:
 //   - An array key is one database byte followed by the Redis key:
 //     db ‖ key, db in 0..MaxDatabases-1. The byte Internal (0xFF) is no
-//     database: it holds kvarray's own records (the expiry index and
-//     transaction intents), so no Redis key can collide with them.
-//   - An array value is a one-byte tag followed, for tagExpiry, by the
-//     expire-at time (Unix milliseconds, big-endian, 8 bytes), then the
-//     Redis value. The expiry is bytes of the value: it is stored, checked,
+//     database: it holds kvarray's own records (the expiry index,
+//     transaction intents, the database map, the key counts a clean
+//     shutdown saved: counts.go), so no Redis key can collide with them.
+//   - An array value is a one-byte tag followed, when the tag has
+//     tagExpiry, by the expire-at time (Unix milliseconds, big-endian, 8
+//     bytes), then the Redis value. Tag bit tagRaw is the encoding flag
+//     (Value.Raw); values written before it existed have it clear. The expiry is bytes of the value: it is stored, checked,
 //     replicated, split, rebuilt and resynced exactly as the value is, so
 //     it survives restarts, rebuilds and mechanism changes with no extra
 //     work, and a value and its expiry can never disagree.
@@ -59,7 +61,8 @@ const (
 	ValueOverhead = 9
 
 	tagPlain  = 0
-	tagExpiry = 1
+	tagExpiry = 1 << 0
+	tagRaw    = 1 << 1
 
 	recExpiry = 'e'
 	recIntent = 't'
@@ -83,32 +86,51 @@ func RawKey(db int, key []byte) []byte {
 	return k
 }
 
-// EncodeValue is the array value of Redis value v expiring at at (Unix
-// ms; 0 for never).
-func EncodeValue(v []byte, at int64) []byte {
-	if at == 0 {
-		b := make([]byte, 1+len(v))
-		b[0] = tagPlain
-		copy(b[1:], v)
-		return b
+// Value is a Redis value as the keyspace stores it.
+type Value struct {
+	V  []byte
+	At int64 // expire-at, Unix ms; 0 for none
+	// Raw is Redis's encoding flag: the value was changed in place
+	// (APPEND, SETRANGE, SETBIT), which Redis stores as a raw string
+	// whatever its bytes, so OBJECT ENCODING says raw until the value
+	// is replaced. It is part of the value (one tag bit), so it survives
+	// restarts like the bytes do.
+	Raw bool
+}
+
+// EncodeValue is the array value of v.
+func EncodeValue(v Value) []byte {
+	tag, n := byte(tagPlain), 1
+	if v.At != 0 {
+		tag, n = tagExpiry, 9
 	}
-	b := make([]byte, 9+len(v))
-	b[0] = tagExpiry
-	binary.BigEndian.PutUint64(b[1:9], uint64(at))
-	copy(b[9:], v)
+	if v.Raw {
+		tag |= tagRaw
+	}
+	b := make([]byte, n+len(v.V))
+	b[0] = tag
+	if v.At != 0 {
+		binary.BigEndian.PutUint64(b[1:9], uint64(v.At))
+	}
+	copy(b[n:], v.V)
 	return b
 }
 
-// DecodeValue splits an array value into the Redis value and its
-// expire-at (0 for none). v aliases b.
-func DecodeValue(b []byte) (v []byte, at int64, err error) {
-	switch {
-	case len(b) >= 1 && b[0] == tagPlain:
-		return b[1:], 0, nil
-	case len(b) >= 9 && b[0] == tagExpiry:
-		return b[9:], int64(binary.BigEndian.Uint64(b[1:9])), nil
+// DecodeValue reverses EncodeValue. The value's bytes alias b.
+func DecodeValue(b []byte) (Value, error) {
+	if len(b) < 1 || b[0]&^(tagExpiry|tagRaw) != 0 {
+		return Value{}, ErrBadValue
 	}
-	return nil, 0, ErrBadValue
+	v := Value{Raw: b[0]&tagRaw != 0}
+	if b[0]&tagExpiry == 0 {
+		v.V = b[1:]
+		return v, nil
+	}
+	if len(b) < 9 {
+		return Value{}, ErrBadValue
+	}
+	v.At, v.V = int64(binary.BigEndian.Uint64(b[1:9])), b[9:]
+	return v, nil
 }
 
 // ExpiryKey is the index entry of db's key expiring at at.
@@ -164,7 +186,8 @@ type Store struct {
 	// phys[db] is the db byte of database db; logical is its inverse.
 	phys    []byte
 	logical map[byte]int
-	mapErr  error // why the database map could not be read
+	mapErr  error  // why the database map could not be read
+	cnt     counts // counts.go
 }
 
 // Open returns the store of a's keyspace with dbs databases (1 to
@@ -285,61 +308,92 @@ func (s *Store) CheckKey(key []byte) error {
 	return nil
 }
 
-// GetRaw returns key's value and expire-at, expired or not.
-func (s *Store) GetRaw(ctx context.Context, db int, key []byte) (v []byte, at int64, err error) {
+// LoadRaw returns key's value, expired or not.
+func (s *Store) LoadRaw(ctx context.Context, db int, key []byte) (Value, error) {
 	b, err := s.A.Retrieve(ctx, s.Key(db, key))
 	if err != nil {
-		return nil, 0, fmt.Errorf("key %q in db %d: %w", key, db, err)
+		return Value{}, fmt.Errorf("key %q in db %d: %w", key, db, err)
 	}
-	v, at, err = DecodeValue(b)
+	v, err := DecodeValue(b)
 	if err != nil {
-		return nil, 0, fmt.Errorf("key %q in db %d: %w", key, db, err)
+		return Value{}, fmt.Errorf("key %q in db %d: %w", key, db, err)
 	}
-	return v, at, nil
+	return v, nil
 }
 
-// Get returns key's value and expire-at. An expired value is
-// array.ErrNotFound (wrapped), whether reclaimed or not.
-func (s *Store) Get(ctx context.Context, db int, key []byte) (v []byte, at int64, err error) {
-	v, at, err = s.GetRaw(ctx, db, key)
-	if err == nil && Expired(at, NowMs()) {
-		return nil, 0, fmt.Errorf("key %q in db %d expired: %w", key, db, array.ErrNotFound)
+// Load returns key's value. An expired value is array.ErrNotFound
+// (wrapped), whether reclaimed or not.
+func (s *Store) Load(ctx context.Context, db int, key []byte) (Value, error) {
+	v, err := s.LoadRaw(ctx, db, key)
+	if err == nil && Expired(v.At, NowMs()) {
+		return Value{}, fmt.Errorf("key %q in db %d expired: %w", key, db, array.ErrNotFound)
 	}
-	return v, at, err
+	return v, err
+}
+
+// Get is Load's bytes and expire-at.
+func (s *Store) Get(ctx context.Context, db int, key []byte) (v []byte, at int64, err error) {
+	val, err := s.Load(ctx, db, key)
+	return val.V, val.At, err
 }
 
 // Expired reports whether expire-at at has passed at now.
 func Expired(at, now int64) bool { return at != 0 && at <= now }
 
-// Set stores v under key with expire-at at (0: none), writing the index
-// entry first.
+// Set stores v under key with expire-at at (0: none): Save of a value
+// that is not raw.
 func (s *Store) Set(ctx context.Context, db int, key, v []byte, at int64, opts ...array.CallOption) error {
-	op := s.Op(db, key, v, at, false)
-	if at != 0 {
-		if err := s.A.Store(ctx, ExpiryKey(at, op.Phys, key), nil); err != nil {
-			return fmt.Errorf("expiry index of key %q: %w", key, err)
-		}
-	}
-	return s.A.Store(ctx, RawKey(op.Phys, key), EncodeValue(v, at), opts...)
+	return s.Save(ctx, db, key, Value{V: v, At: at}, opts...)
+}
+
+// Save stores v under key, writing its index entry first.
+func (s *Store) Save(ctx context.Context, db int, key []byte, v Value, opts ...array.CallOption) error {
+	return s.apply(ctx, s.Op(db, key, v, false), opts)
 }
 
 // Delete removes key and reports whether it existed (an expired key not
 // yet reclaimed is removed and reported absent).
 func (s *Store) Delete(ctx context.Context, db int, key []byte) (existed bool, err error) {
-	_, _, gerr := s.Get(ctx, db, key)
-	err = s.A.Delete(ctx, s.Key(db, key))
-	if errors.Is(err, array.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return gerr == nil, nil
+	old, err := s.remove(ctx, s.Phys(db), key, nil)
+	return old.exists && !old.unknown && !Expired(old.at, NowMs()), err
+}
+
+// DeleteExpired deletes key of db if its value's expire-at is at or
+// before now, and reports whether it did (the expiry cycle's reclaim:
+// the caller holds the key's lock). A value not in the keyspace's format
+// is not its to delete.
+func (s *Store) DeleteExpired(ctx context.Context, db int, key []byte, now int64) (bool, error) {
+	old, err := s.remove(ctx, s.Phys(db), key, func(old state) error {
+		switch {
+		case old.unknown:
+			return old.err
+		case !old.exists, old.foreign, !Expired(old.at, now):
+			return errUnchanged
+		}
+		return nil
+	})
+	return err == nil && old.exists && !old.foreign && Expired(old.at, now), err
+}
+
+// remove deletes key of db byte p, if check (nil: always) agrees.
+func (s *Store) remove(ctx context.Context, p int, key []byte, check func(old state) error) (state, error) {
+	return s.write(ctx, p, key, func(old state) (state, error) {
+		if check != nil {
+			if err := check(old); err != nil {
+				return old, err
+			}
+		}
+		err := s.A.Delete(ctx, RawKey(p, key))
+		if errors.Is(err, array.ErrNotFound) {
+			err = nil
+		}
+		return state{}, err
+	}, true, true)
 }
 
 // Exists reports whether key exists (and has not expired).
 func (s *Store) Exists(ctx context.Context, db int, key []byte) (bool, error) {
-	_, _, err := s.Get(ctx, db, key)
+	_, err := s.Load(ctx, db, key)
 	if errors.Is(err, array.ErrNotFound) {
 		return false, nil
 	}
@@ -393,37 +447,49 @@ type Op struct {
 	Key   []byte
 	Val   []byte
 	At    int64
+	Raw   bool
 	Del   bool
 	Using string // mechanism, "" for the mode's choice
 }
 
 // Op is the op that stores v (or deletes, when del) under key of db.
-func (s *Store) Op(db int, key, v []byte, at int64, del bool) Op {
-	return Op{Phys: s.Phys(db), Key: key, Val: v, At: at, Del: del}
+func (s *Store) Op(db int, key []byte, v Value, del bool) Op {
+	return Op{Phys: s.Phys(db), Key: key, Val: v.V, At: v.At, Raw: v.Raw, Del: del}
 }
 
 // Apply performs op. It is idempotent, so an intent may be replayed any
 // number of times.
 func (s *Store) Apply(ctx context.Context, op Op) error {
-	ak := RawKey(op.Phys, op.Key)
-	if op.Del {
-		err := s.A.Delete(ctx, ak)
-		if errors.Is(err, array.ErrNotFound) {
-			err = nil
-		}
-		return err
-	}
-	if op.At != 0 {
-		if err := s.A.Store(ctx, ExpiryKey(op.At, op.Phys, op.Key), nil); err != nil {
-			return fmt.Errorf("expiry index of key %q: %w", op.Key, err)
-		}
-	}
 	var opts []array.CallOption
 	if op.Using != "" {
 		opts = append(opts, array.Using(op.Using))
 	}
-	return s.A.Store(ctx, ak, EncodeValue(op.Val, op.At), opts...)
+	return s.apply(ctx, op, opts)
 }
+
+// apply performs op and counts it (counts.go).
+func (s *Store) apply(ctx context.Context, op Op, opts []array.CallOption) error {
+	if op.Del {
+		_, err := s.remove(ctx, op.Phys, op.Key, nil)
+		return err
+	}
+	_, err := s.write(ctx, op.Phys, op.Key, func(state) (state, error) {
+		if op.At != 0 {
+			if err := s.A.Store(ctx, ExpiryKey(op.At, op.Phys, op.Key), nil); err != nil {
+				return state{}, fmt.Errorf("expiry index of key %q: %w", op.Key, err)
+			}
+		}
+		v := EncodeValue(Value{V: op.Val, At: op.At, Raw: op.Raw})
+		return state{exists: true, at: op.At}, s.A.Store(ctx, RawKey(op.Phys, op.Key), v, opts...)
+	}, false, false)
+	return err
+}
+
+// An intent op's flag bits.
+const (
+	intentDel = 1 << 0
+	intentRaw = 1 << 1
+)
 
 // EncodeIntent is the intent record of ops.
 func EncodeIntent(ops []Op) []byte {
@@ -431,7 +497,10 @@ func EncodeIntent(ops []Op) []byte {
 	for _, op := range ops {
 		flag := byte(0)
 		if op.Del {
-			flag = 1
+			flag |= intentDel
+		}
+		if op.Raw {
+			flag |= intentRaw
 		}
 		b = append(b, flag, byte(op.Phys))
 		b = binary.AppendVarint(b, op.At)
@@ -458,7 +527,7 @@ func DecodeIntent(b []byte) ([]Op, error) {
 		if len(b) < 2 {
 			return nil, ErrBadIntent
 		}
-		op := Op{Del: b[0] == 1, Phys: int(b[1])}
+		op := Op{Del: b[0]&intentDel != 0, Raw: b[0]&intentRaw != 0, Phys: int(b[1])}
 		b = b[2:]
 		at, k := binary.Varint(b)
 		if k <= 0 {

@@ -26,17 +26,16 @@ func openArray(t *testing.T) *array.Array {
 }
 
 func TestValueRoundTrip(t *testing.T) {
-	for _, tc := range []struct {
-		v  []byte
-		at int64
-	}{{nil, 0}, {[]byte("x"), 0}, {[]byte{0, 1, 0xff}, 1}, {bytes.Repeat([]byte("v"), 1000), 1 << 62}} {
-		v, at, err := DecodeValue(EncodeValue(tc.v, tc.at))
-		if err != nil || !bytes.Equal(v, tc.v) || at != tc.at {
-			t.Errorf("round trip of %q at %d: %q %d %v", tc.v, tc.at, v, at, err)
+	for _, tc := range []Value{{}, {V: []byte("x")}, {V: []byte{0, 1, 0xff}, At: 1}, {V: []byte("12"), Raw: true},
+		{V: []byte("34"), At: 5, Raw: true}, {V: bytes.Repeat([]byte("v"), 1000), At: 1 << 62}} {
+		v, err := DecodeValue(EncodeValue(tc))
+		if err != nil || !bytes.Equal(v.V, tc.V) || v.At != tc.At || v.Raw != tc.Raw {
+			t.Errorf("round trip of %+v: %+v %v", tc, v, err)
 		}
 	}
-	for _, bad := range [][]byte{nil, {2}, {1, 0, 0}} {
-		if _, _, err := DecodeValue(bad); !errors.Is(err, ErrBadValue) {
+	// Tag 4 and up are no value's; an expiry tag needs its 8 bytes.
+	for _, bad := range [][]byte{nil, {4}, {1, 0, 0}, {3, 0}} {
+		if _, err := DecodeValue(bad); !errors.Is(err, ErrBadValue) {
 			t.Errorf("DecodeValue(%v) = %v, want ErrBadValue", bad, err)
 		}
 	}
@@ -60,14 +59,14 @@ func TestIndexOrder(t *testing.T) {
 
 func TestIntentRoundTrip(t *testing.T) {
 	ops := []Op{{Phys: 0, Key: []byte("a"), Val: []byte("1")}, {Phys: 5, Key: []byte("b"), Del: true},
-		{Phys: 15, Key: []byte("c"), Val: []byte{}, At: 123, Using: "replication"}}
+		{Phys: 15, Key: []byte("c"), Val: []byte{}, At: 123, Using: "replication"}, {Phys: 2, Key: []byte("d"), Val: []byte("7"), Raw: true}}
 	got, err := DecodeIntent(EncodeIntent(ops))
 	if err != nil || len(got) != len(ops) {
 		t.Fatalf("DecodeIntent: %v, %d ops", err, len(got))
 	}
 	for i := range ops {
 		g, w := got[i], ops[i]
-		if g.Phys != w.Phys || !bytes.Equal(g.Key, w.Key) || !bytes.Equal(g.Val, w.Val) || g.At != w.At || g.Del != w.Del || g.Using != w.Using {
+		if g.Phys != w.Phys || !bytes.Equal(g.Key, w.Key) || !bytes.Equal(g.Val, w.Val) || g.At != w.At || g.Del != w.Del || g.Raw != w.Raw || g.Using != w.Using {
 			t.Errorf("op %d: %+v, want %+v", i, g, w)
 		}
 	}

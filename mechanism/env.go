@@ -42,7 +42,9 @@ func (s State) String() string {
 // Env is what the array gives its mechanisms: the devices in array order,
 // their states, and an executor for piece operations.
 type Env struct {
-	devs   []device.Device
+	// devs are swapped by SetDevice while others use them (an online
+	// replace), hence atomic.
+	devs   []atomic.Pointer[device.Device]
 	names  []string
 	limits device.Limits
 	states []atomic.Uint32
@@ -57,8 +59,11 @@ type Env struct {
 // NewEnv returns an Env over devs, whose names are used in errors. limits
 // must be the tightest limits across the devices.
 func NewEnv(devs []device.Device, names []string, limits device.Limits) *Env {
-	e := &Env{devs: devs, names: names, limits: limits, states: make([]atomic.Uint32, len(devs)),
+	e := &Env{devs: make([]atomic.Pointer[device.Device], len(devs)), names: names, limits: limits, states: make([]atomic.Uint32, len(devs)),
 		watches: make([]atomic.Pointer[Watch], len(devs))}
+	for i := range devs {
+		e.devs[i].Store(&devs[i])
+	}
 	e.rec.missed = make([]map[string]*record, len(devs))
 	for i := range e.rec.missed {
 		e.rec.missed[i] = map[string]*record{}
@@ -70,10 +75,30 @@ func NewEnv(devs []device.Device, names []string, limits device.Limits) *Env {
 func (e *Env) N() int { return len(e.devs) }
 
 // Device returns device i.
-func (e *Env) Device(i int) device.Device { return e.devs[i] }
+func (e *Env) Device(i int) device.Device { return *e.devs[i].Load() }
 
 // SetDevice swaps the device object at position i (a replaced device).
-func (e *Env) SetDevice(i int, d device.Device) { e.devs[i] = d }
+func (e *Env) SetDevice(i int, d device.Device) { e.devs[i].Store(&d) }
+
+// Gen identifies the device object at a position at one time: SetDevice
+// starts a new one.
+type Gen *device.Device
+
+// DeviceGen returns device i and its Gen, for MarkFailed.
+func (e *Env) DeviceGen(i int) (device.Device, Gen) {
+	p := e.devs[i].Load()
+	return *p, p
+}
+
+// MarkFailed marks device i Failed after a call to it, made on the device
+// object of generation g, reported device.ErrDeviceFailed, unless that
+// object was replaced since: the failures of a replaced (closed) device say
+// nothing of its successor.
+func (e *Env) MarkFailed(i int, g Gen) {
+	if e.devs[i].Load() == g {
+		e.SetState(i, Failed)
+	}
+}
 
 // Name returns device i's name.
 func (e *Env) Name(i int) string { return e.names[i] }
@@ -206,9 +231,10 @@ func (e *Env) do(ctx context.Context, ops []Op) {
 	case 1:
 		op := &ops[0]
 		b := []device.Op{op.Op}
-		err := e.batch(ctx, op.Dev, b)
+		d, gen := e.DeviceGen(op.Dev)
+		err := e.batch(ctx, op.Dev, d, b)
 		op.Op = b[0]
-		e.settle(op.Dev, ops, err)
+		e.settle(op.Dev, gen, ops, err)
 		return
 	}
 	byDev := make(map[int][]int, len(ops))
@@ -220,11 +246,12 @@ func (e *Env) do(ctx context.Context, ops []Op) {
 		for j, i := range idx {
 			b[j] = ops[i].Op
 		}
-		err := e.batch(ctx, dev, b)
+		d, gen := e.DeviceGen(dev)
+		err := e.batch(ctx, dev, d, b)
 		for j, i := range idx {
 			ops[i].Op = b[j]
 		}
-		e.settle(dev, ops, err)
+		e.settle(dev, gen, ops, err)
 	}
 	// One device's batch runs on this goroutine: a goroutine less per
 	// call, on the path every operation takes.
@@ -245,7 +272,7 @@ func (e *Env) do(ctx context.Context, ops []Op) {
 	wg.Wait()
 }
 
-func (e *Env) batch(ctx context.Context, dev int, b []device.Op) error {
+func (e *Env) batch(ctx context.Context, dev int, d device.Device, b []device.Op) error {
 	if e.State(dev) == Failed {
 		for i := range b {
 			b[i].Err = ErrMarkedFailed
@@ -253,16 +280,16 @@ func (e *Env) batch(ctx context.Context, dev int, b []device.Op) error {
 		return ErrMarkedFailed
 	}
 	if r := restoringFrom(ctx); r != nil && r.dev == dev {
-		return r.comb.do(ctx, e.devs[dev], b)
+		return r.comb.do(ctx, d, b)
 	}
-	return e.devs[dev].Batch(ctx, b)
+	return d.Batch(ctx, b)
 }
 
 func isWrite(k device.OpKind) bool { return k == device.OpStore || k == device.OpDelete }
 
 // settle wraps the errors of dev's ops, hides stale answers and updates
 // the device's state.
-func (e *Env) settle(dev int, ops []Op, batchErr error) {
+func (e *Env) settle(dev int, gen Gen, ops []Op, batchErr error) {
 	failed := errors.Is(batchErr, device.ErrDeviceFailed)
 	rebuilding := e.State(dev) == Rebuilding
 	for i := range ops {
@@ -291,13 +318,17 @@ func (e *Env) settle(dev int, ops []Op, batchErr error) {
 		}
 	}
 	if failed {
-		e.states[dev].Store(uint32(Failed))
+		// Not the successor of a device replaced while the batch ran:
+		// its ops fail, as a closed device's do.
+		e.MarkFailed(dev, gen)
 	}
 }
 
 // Piece is one piece read from a device and decoded.
 type Piece struct {
-	Dev   int
+	Dev int
+	// Bank: read from the split's bank key (Key.Bank), not its data key.
+	Bank  bool
 	Value format.Value
 	// Err is nil for a good piece; otherwise it wraps device.ErrNotFound,
 	// format.ErrCorrupt, device.ErrDeviceFailed or a context error.
@@ -425,6 +456,15 @@ func (e *Env) Span(k Key, from, to int) []int {
 // ReadSpan reads the data key of k from the devices at offsets [from, to)
 // after its primary, reusing the pieces in have that were already read.
 func (e *Env) ReadSpan(ctx context.Context, k Key, from, to int, have []Piece) []Piece {
+	return e.readSpan(ctx, k, false, from, to, have)
+}
+
+// ReadBankSpan is ReadSpan for the bank key of k (see Key.Bank).
+func (e *Env) ReadBankSpan(ctx context.Context, k Key, from, to int, have []Piece) []Piece {
+	return e.readSpan(ctx, k, true, from, to, have)
+}
+
+func (e *Env) readSpan(ctx context.Context, k Key, bank bool, from, to int, have []Piece) []Piece {
 	want := e.Span(k, from, to)
 	out := make([]Piece, len(want))
 	var missing []int
@@ -432,7 +472,7 @@ func (e *Env) ReadSpan(ctx context.Context, k Key, from, to int, have []Piece) [
 	for i, d := range want {
 		found := false
 		for _, p := range have {
-			if p.Dev == d {
+			if p.Dev == d && p.Bank == bank {
 				out[i], found = p, true
 				break
 			}
@@ -442,7 +482,12 @@ func (e *Env) ReadSpan(ctx context.Context, k Key, from, to int, have []Piece) [
 			at = append(at, i)
 		}
 	}
-	for j, p := range e.Read(ctx, k.Data(), missing) {
+	key := k.Data()
+	if bank {
+		key = k.Bank()
+	}
+	for j, p := range e.Read(ctx, key, missing) {
+		p.Bank = bank
 		out[at[j]] = p
 	}
 	return out

@@ -42,6 +42,33 @@ type Key struct {
 // Data returns the internal key the split's pieces are stored under.
 func (k Key) Data() []byte { return format.Key(k.User, k.Split, format.KindData) }
 
+// Bank returns the internal key of the split's pieces written out of place
+// (format.KindBank).
+func (k Key) Bank() []byte { return format.Key(k.User, k.Split, format.KindBank) }
+
+// Banked reports whether a mechanism that writes out of place (Splitting)
+// puts the piece at offset off from the primary of a write of version v
+// under the bank key: every piece but the primary's, when v has bit 1
+// set. A store then alternates between the data key and the bank key (the
+// array picks its version so), so that an overwrite never touches the
+// pieces of the value it replaces but the primary's, and a store cut short
+// leaves the old value whole. Bit 1, not bit 0: bit 0 selects the bank of
+// a huge value's splits (see array's bankBit), and the two choices are
+// made independently.
+func Banked(off int, v uint64) bool { return off > 0 && v&BankBit != 0 }
+
+// BankBit is the version bit that Banked tests.
+const BankBit = 2
+
+// PieceKey returns the internal key of the piece at offset off from the
+// primary of a write of version v by a mechanism that writes out of place.
+func (k Key) PieceKey(off int, v uint64) []byte {
+	if Banked(off, v) {
+		return k.Bank()
+	}
+	return k.Data()
+}
+
 // Object describes the whole user value a split belongs to; Store copies it
 // into every piece's header.
 type Object struct {

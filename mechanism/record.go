@@ -214,7 +214,7 @@ func (e *Env) clearMiss(ctx context.Context, dev int, key []byte) {
 // adoptCopy reads the record copy k that device holder holds and takes it
 // into the records, holder among its holders.
 func (e *Env) adoptCopy(ctx context.Context, holder int, k []byte) {
-	b, err := e.devs[holder].Retrieve(ctx, k)
+	b, err := e.Device(holder).Retrieve(ctx, k)
 	if err != nil {
 		return
 	}
@@ -282,7 +282,7 @@ func (e *Env) CatchUpRecords(ctx context.Context, dev int) error {
 		}
 	}
 	var copies [][]byte
-	if err := e.devs[dev].Iterate(ctx, recordPrefix, func(k []byte) error {
+	if err := e.Device(dev).Iterate(ctx, recordPrefix, func(k []byte) error {
 		if isRecordKey(k) {
 			copies = append(copies, slices.Clone(k))
 		}
@@ -413,7 +413,7 @@ func (e *Env) LoadRecords(ctx context.Context) error {
 			continue
 		}
 		var keys [][]byte
-		err := e.devs[d].Iterate(ctx, recordPrefix, func(k []byte) error {
+		err := e.Device(d).Iterate(ctx, recordPrefix, func(k []byte) error {
 			if isRecordKey(k) {
 				keys = append(keys, slices.Clone(k))
 			}

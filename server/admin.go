@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/kvarray/kvarray/array"
 	"github.com/kvarray/kvarray/device/mem"
@@ -15,10 +16,19 @@ import (
 // for admin users only (auth.go); the CLI reaches them through the admin
 // socket (ServeAdmin).
 
-// cmdStatus: KVARRAY.STATUS, the array's Status as JSON (what `kvarray
-// status --json` prints).
+// cmdStatus: KVARRAY.STATUS [DEEP], the array's Status as JSON (what
+// `kvarray status --json [--deep]` prints).
 func cmdStatus(c *call) {
-	st, err := c.s.a.Status(c.ctx)
+	var opts []array.StatusOption
+	switch {
+	case len(c.args) == 1:
+	case len(c.args) == 2 && strings.EqualFold(string(c.args[1]), "deep"):
+		opts = append(opts, array.StatusDeep())
+	default:
+		c.w.WriteError("ERR syntax error: KVARRAY.STATUS [DEEP]")
+		return
+	}
+	st, err := c.s.a.Status(c.ctx, opts...)
 	if err != nil {
 		c.fail(err)
 		return
@@ -35,7 +45,7 @@ func cmdStatus(c *call) {
 func cmdKvSet(c *call) {
 	c.using = string(c.args[3])
 	if _, _, ok := c.updateRead(c.args[1], false, func(value, bool) (value, bool, string) {
-		return value{c.args[2], 0}, true, ""
+		return value{c.args[2], 0, false}, true, ""
 	}); ok {
 		c.ok()
 	}

@@ -226,9 +226,10 @@ var commands = []*command{
 		args: []arg{strArg("subcommand"), optional(multiple(strArg("arg")))}, run: cmdConfig},
 
 	// Admin: the array's own commands.
-	{name: "kvarray.status", arity: 1, flags: []string{"readonly", "admin"}, acl: []string{"admin", "slow"}, group: "kvarray", since: "0.1.0",
-		summary: "Returns the array's status (devices, mechanisms, storage overhead) as JSON.", complexity: "O(N): reads every value's header.",
-		run: cmdStatus},
+	{name: "kvarray.status", arity: -1, flags: []string{"readonly", "admin"}, acl: []string{"admin", "slow"}, group: "kvarray", since: "0.1.0",
+		summary:    "Returns the array's status (devices; with DEEP, objects per mechanism and storage overhead) as JSON.",
+		complexity: "O(devices); O(N) with DEEP, which reads every value's header.",
+		args:       []arg{optional(strArg("DEEP"))}, run: cmdStatus},
 	{name: "kvarray.set", arity: 4, flags: []string{"write", "denyoom"}, first: 1, last: 1, step: 1, acl: []string{"write", "string", "slow"},
 		group: "kvarray", since: "0.1.0", summary: "Sets the value of a key with the named reliability mechanism.", complexity: "O(1)",
 		args: []arg{keyArg("key"), strArg("value"), strArg("mechanism")}, run: cmdKvSet},

@@ -62,6 +62,13 @@ func TestSameAsRedis(t *testing.T) {
 		{"SELECT", "2"}, {"FLUSHDB"}, {"DBSIZE"}, {"SELECT", "0"}, {"FLUSHDB", "BOGUS"}, {"FLUSHALL", "ASYNC", "X"},
 		{"TOUCH", "ap3", "nokey", "ap3"}, {"UNLINK", "ap3", "nokey"}, {"TYPE", "sr"}, {"OBJECT", "ENCODING", "n"},
 		{"SET", "emb", "abc"}, {"OBJECT", "ENCODING", "emb"}, {"OBJECT", "ENCODING", "nokey"}, {"OBJECT", "FOO"},
+		// The encoding flag: changed in place is raw until replaced.
+		{"SET", "en", "1234"}, {"OBJECT", "ENCODING", "en"}, {"SETRANGE", "en", "0", "2"}, {"OBJECT", "ENCODING", "en"},
+		{"EXPIRE", "en", "100"}, {"OBJECT", "ENCODING", "en"}, {"PERSIST", "en"}, {"GETEX", "en", "EX", "50"}, {"OBJECT", "ENCODING", "en"},
+		{"COPY", "en", "en2"}, {"OBJECT", "ENCODING", "en2"}, {"RENAME", "en2", "en3"}, {"OBJECT", "ENCODING", "en3"},
+		{"INCR", "en"}, {"OBJECT", "ENCODING", "en"}, {"APPEND", "en", "5"}, {"OBJECT", "ENCODING", "en"}, {"SET", "en", "7"},
+		{"OBJECT", "ENCODING", "en"}, {"SETBIT", "en", "1", "1"}, {"OBJECT", "ENCODING", "en"}, {"APPEND", "ennew", "12"},
+		{"OBJECT", "ENCODING", "ennew"}, {"SETRANGE", "ennew2", "0", "12"}, {"OBJECT", "ENCODING", "ennew2"},
 		{"SELECT", "16"}, {"SELECT", "-1"}, {"SELECT", "x"},
 		// Transactions.
 		{"MULTI"}, {"SET", "t", "1"}, {"INCR", "t"}, {"GET", "t"}, {"EXEC"},

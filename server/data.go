@@ -43,6 +43,29 @@ func (t *txn) record(ak []byte, db int, op keyspace.Op) {
 	t.dbs = append(t.dbs, db)
 }
 
+// added returns keys (a page of db's listing after array key after, up
+// to array key next, nil for the end, filtered by pattern) with the keys
+// of that range the transaction stored, in order. (Keys it deleted are
+// left for the caller's read through the overlay to drop.)
+func (t *txn) added(db int, keys [][]byte, after, next []byte, prefix, pattern []byte) [][]byte {
+	have := map[string]bool{}
+	for _, k := range keys {
+		have[string(k)] = true
+	}
+	for i, op := range t.list {
+		ak := keyspace.RawKey(op.Phys, op.Key)
+		switch {
+		case t.dbs[i] != db, op.Del, have[string(op.Key)], !bytes.HasPrefix(op.Key, prefix),
+			after != nil && bytes.Compare(ak, after) <= 0, next != nil && bytes.Compare(ak, next) > 0,
+			pattern != nil && !globMatch(pattern, op.Key):
+			continue
+		}
+		keys = append(keys, op.Key)
+	}
+	slices.SortFunc(keys, bytes.Compare)
+	return keys
+}
+
 func (t *txn) lookup(ak []byte) (keyspace.Op, bool) {
 	if i, ok := t.ops[string(ak)]; ok {
 		return t.list[i], true
@@ -50,10 +73,13 @@ func (t *txn) lookup(ak []byte) (keyspace.Op, bool) {
 	return keyspace.Op{}, false
 }
 
-// value is a Redis value and its expire-at (Unix ms, 0 for none).
+// value is a Redis value, its expire-at (Unix ms, 0 for none) and
+// encoding flag (keyspace.Value.Raw: set by the commands that change a
+// value in place, kept by those that change only its expiry).
 type value struct {
-	v  []byte
-	at int64
+	v   []byte
+	at  int64
+	raw bool
 }
 
 // get reads key of database db: found false if absent or expired.
@@ -66,29 +92,29 @@ func (c *call) get(db int, key []byte) (value, bool, error) {
 			if op.Del || keyspace.Expired(op.At, keyspace.NowMs()) {
 				return value{}, false, nil
 			}
-			return value{op.Val, op.At}, true, nil
+			return value{op.Val, op.At, op.Raw}, true, nil
 		}
 	}
 	c.s.stats.retrieves.Add(1)
-	v, at, err := c.s.ks.Get(c.ctx, db, key)
+	v, err := c.s.ks.Load(c.ctx, db, key)
 	switch {
 	case err == nil:
-		return value{v, at}, true, nil
+		return value{v.V, v.At, v.Raw}, true, nil
 	case errors.Is(err, array.ErrNotFound):
 		return value{}, false, nil
 	}
 	return value{}, false, err
 }
 
-// put stores v under key of db with expire-at at. An expire-at already
-// past deletes the key instead, as Redis does.
-func (c *call) put(db int, key, v []byte, at int64, opts ...array.CallOption) error {
-	if keyspace.Expired(at, keyspace.NowMs()) {
+// put stores val under key of db. An expire-at already past deletes the
+// key instead, as Redis does.
+func (c *call) put(db int, key []byte, val value, opts ...array.CallOption) error {
+	if keyspace.Expired(val.at, keyspace.NowMs()) {
 		_, err := c.remove(db, key)
 		return err
 	}
 	if c.tx != nil {
-		op := c.s.ks.Op(db, key, slices.Clone(v), at, false)
+		op := c.s.ks.Op(db, key, keyspace.Value{V: slices.Clone(val.v), At: val.at, Raw: val.raw}, false)
 		if len(opts) > 0 {
 			op.Using = c.using
 		}
@@ -96,8 +122,8 @@ func (c *call) put(db int, key, v []byte, at int64, opts ...array.CallOption) er
 		return nil
 	}
 	c.s.stats.stores.Add(1)
-	c.s.observeStore(len(v), opts)
-	err := c.s.ks.Set(c.ctx, db, key, v, at, opts...)
+	c.s.observeStore(len(val.v), opts)
+	err := c.s.ks.Save(c.ctx, db, key, keyspace.Value{V: val.v, At: val.at, Raw: val.raw}, opts...)
 	c.s.touch(db, key)
 	return err
 }
@@ -109,7 +135,7 @@ func (c *call) remove(db int, key []byte) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		c.tx.record(c.s.ks.Key(db, key), db, c.s.ks.Op(db, key, nil, 0, true))
+		c.tx.record(c.s.ks.Key(db, key), db, c.s.ks.Op(db, key, keyspace.Value{}, true))
 		return found, nil
 	}
 	c.s.stats.deletes.Add(1)

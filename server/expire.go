@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,27 +13,46 @@ import (
 )
 
 // The active expiry cycle reclaims keys whose expire-at has passed. It
-// never scans the keys: it lists the expiry index (keyspace) bucket by
-// bucket, 256 ms of expire-at times per listing, from the oldest bucket
-// not yet done to now's. Once at start it lists the whole index (keys
-// with an expiry only), so that keys that expired while the server was
-// down are reclaimed too.
+// never scans the keys: it pages through the expiry index (keyspace),
+// whose entries sort by expire-at, from the cursor up to the first entry
+// not yet due, so a pass costs O(due entries + one page).
+//
+// The cursor is a bucket (256 ms of expire-at times) below which the
+// index is known to hold no entry: every pass starts there. At start it
+// is 0, so the first pass reaches keys that expired while the server was
+// down. After a pass that reclaimed everything due at now, it moves to
+// now less expiryLag: an index entry is written before its value, by a
+// writer that saw its expire-at in the future, so an entry due at now can
+// still appear after the pass went by only if its store took longer than
+// the lag; such an entry is reclaimed at the next start (its value is
+// invisible meanwhile: reads check the value's own expire-at). Starting
+// at the cursor rather than at the index's beginning keeps a pass from
+// seeking over the deletion marks (tombstones) that reclaimed entries
+// leave on devices such as Pebble until they compact.
 //
 // Each due entry is checked against the value's own expire-at, under the
 // key's write lock and the shared transaction lock, before the value is
-// deleted; the entry is deleted in any case (it was due, so it is done or
-// stale). Work goes in batches of expiryBatch keys, the transaction lock
-// released between batches, so that clients and EXEC are never held up
-// by more than one batch. A bucket is marked done only once now is past
-// the bucket after it, so that an index entry being written when its
-// bucket was listed is not skipped.
+// deleted; then the entry is deleted (it was due, so it is done or
+// stale). The value goes first: an entry deleted before its value would
+// leave a value no pass ever finds. Keys are reclaimed expiryWorkers at a
+// time, each holding its key's lock and the transaction lock only for its
+// own few array operations, so clients and EXEC wait for at most one
+// key's reclaim, never for a batch; the next page is listed while the
+// current one is reclaimed.
 //
 // Reads never need the cycle: an expired value is absent on access (lazy
 // expiry in keyspace.Store.Get).
 
 const (
 	expiryPeriod = 100 * time.Millisecond
-	expiryBatch  = 512
+	// expiryPage is how many index entries a pass lists at a time.
+	expiryPage = 1024
+	// expiryWorkers is how many keys are reclaimed concurrently: enough
+	// to keep devices with a per-write sync (Pebble) busy, few enough
+	// that client commands queue behind little.
+	expiryWorkers = 32
+	// expiryLag: how far behind now a completed pass leaves the cursor.
+	expiryLag = 10 * time.Second
 )
 
 type expiry struct {
@@ -41,9 +61,9 @@ type expiry struct {
 	done    chan struct{}
 	stopped bool
 	once    sync.Once
-	// cursor is the oldest bucket not yet done. It is atomic because
-	// dueKeys reads it while a transaction (which excludes the cycle's
-	// batches) runs: it must never wait for the cycle.
+	// cursor is the bucket passes start at. It is atomic because dueKeys
+	// reads it while a transaction (which excludes reclaims) runs: it
+	// must never wait for the cycle.
 	cursor atomic.Int64
 	mu     sync.Mutex // one pass of the cycle at a time
 }
@@ -56,9 +76,7 @@ func (s *Server) startExpiry() {
 	}
 	s.exp.stop = make(chan struct{})
 	s.exp.done = make(chan struct{})
-	// Older buckets are covered by the loop's first pass over the whole
-	// index.
-	s.exp.cursor.Store(keyspace.Bucket(keyspace.NowMs()) - 1)
+	s.exp.cursor.Store(0) // the first pass covers the whole index
 	go s.expiryLoop()
 }
 
@@ -87,101 +105,126 @@ func (s *Server) expiryLoop() {
 		case <-ctx.Done():
 		}
 	}()
-	// At start: every entry, whatever its bucket.
-	if err := s.reclaimPrefix(ctx, keyspace.ExpiryPrefix(), keyspace.NowMs()); err != nil && ctx.Err() == nil {
-		s.o.errorLog.Printf("kvarray server: expiry cycle: %v", err)
-	}
 	t := time.NewTicker(expiryPeriod)
 	defer t.Stop()
 	for {
+		if err := s.expireDue(ctx); err != nil && ctx.Err() == nil {
+			s.o.errorLog.Printf("kvarray server: expiry cycle: %v", err)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if err := s.expireDue(ctx); err != nil && ctx.Err() == nil {
-			s.o.errorLog.Printf("kvarray server: expiry cycle: %v", err)
-		}
 	}
 }
 
-// expireDue reclaims the due keys of the buckets from the cursor to now's.
+// expireDue is one pass: it reclaims every key due at now and, if all
+// went well, moves the cursor up to now less the lag.
 func (s *Server) expireDue(ctx context.Context) error {
 	s.exp.mu.Lock()
 	defer s.exp.mu.Unlock()
 	now := keyspace.NowMs()
-	nowB := keyspace.Bucket(now)
-	for b := s.exp.cursor.Load(); b <= nowB; b++ {
-		if err := s.reclaimPrefix(ctx, keyspace.BucketPrefix(b), now); err != nil {
-			return err
-		}
-		if b < nowB-1 {
-			s.exp.cursor.Store(b + 1)
-		}
-	}
-	return nil
-}
-
-// dueKeys lists db's keys whose index entries are due and not yet
-// reclaimed (KEYS, SCAN, RANDOMKEY filter them out).
-func (s *Server) dueKeys(ctx context.Context, db int) (map[string]bool, error) {
-	from := s.exp.cursor.Load()
-	now := keyspace.NowMs()
-	due := map[string]bool{}
-	for b := from; b <= keyspace.Bucket(now); b++ {
-		ks, err := s.a.Keys(ctx, keyspace.BucketPrefix(b))
-		if err != nil {
-			return nil, err
-		}
-		for _, k := range ks {
-			if at, d, key, ok := s.ks.ParseIndex(k); ok && d == db && at <= now {
-				due[string(key)] = true
+	jobs := make(chan []byte, expiryPage)
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range expiryWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for e := range jobs {
+				if failed.Load() != nil {
+					continue // drain: the pass stops
+				}
+				if err := s.reclaimEntry(ctx, e, now); err != nil {
+					failed.CompareAndSwap(nil, &err)
+				}
 			}
-		}
+		}()
 	}
-	return due, nil
-}
-
-// reclaimPrefix reclaims the due entries of the index that start with
-// prefix.
-func (s *Server) reclaimPrefix(ctx context.Context, prefix []byte, now int64) error {
-	entries, err := s.a.Keys(ctx, prefix)
+	err := s.eachDue(ctx, now, func(entries [][]byte) bool {
+		for _, e := range entries {
+			jobs <- e
+		}
+		return failed.Load() == nil
+	})
+	close(jobs)
+	wg.Wait()
+	if p := failed.Load(); p != nil && err == nil {
+		err = *p
+	}
 	if err != nil {
 		return err
 	}
-	var due [][]byte
-	for _, k := range entries {
-		if at, _, _, ok := keyspace.ParseExpiryKey(k); ok && at <= now {
-			due = append(due, k)
-		}
-	}
-	for len(due) > 0 {
-		n := min(len(due), expiryBatch)
-		if err := s.reclaimBatch(ctx, due[:n], now); err != nil {
-			return err
-		}
-		due = due[n:]
+	if c := keyspace.Bucket(now - expiryLag.Milliseconds()); c > s.exp.cursor.Load() {
+		s.exp.cursor.Store(c)
 	}
 	return nil
 }
 
-func (s *Server) reclaimBatch(ctx context.Context, entries [][]byte, now int64) error {
-	s.txmu.RLock()
-	defer s.txmu.RUnlock()
-	errs := forEach(len(entries), func(i int) error {
-		e := entries[i]
-		if _, db, key, ok := s.ks.ParseIndex(e); ok {
-			if err := s.reclaim(ctx, db, key, now); err != nil {
-				return err
+// eachDue lists the index entries due at now, from the cursor's bucket
+// on, a page at a time, and hands each page's due entries to fn until fn
+// returns false. Entries sort by expire-at, so the listing stops at the
+// first page holding an entry that is not due.
+func (s *Server) eachDue(ctx context.Context, now int64, fn func(entries [][]byte) bool) error {
+	prefix := keyspace.ExpiryPrefix()
+	// Every entry of the cursor's bucket and later sorts after the
+	// bucket's prefix.
+	after := keyspace.BucketPrefix(s.exp.cursor.Load())
+	for {
+		page, next, err := s.a.KeysFrom(ctx, prefix, after, expiryPage)
+		if err != nil {
+			return fmt.Errorf("listing the expiry index: %w", err)
+		}
+		due := page[:0]
+		more := next != nil
+		for _, k := range page {
+			at, _, _, ok := keyspace.ParseExpiryKey(k)
+			if !ok {
+				continue
+			}
+			if at > now {
+				more = false
+				break
+			}
+			due = append(due, k)
+		}
+		if len(due) > 0 && !fn(due) || !more {
+			return nil
+		}
+		after = next
+	}
+}
+
+// dueKeys lists db's keys whose index entries are due and not yet
+// reclaimed (KEYS and RANDOMKEY filter them out).
+func (s *Server) dueKeys(ctx context.Context, db int) (map[string]bool, error) {
+	due := map[string]bool{}
+	err := s.eachDue(ctx, keyspace.NowMs(), func(entries [][]byte) bool {
+		for _, k := range entries {
+			if _, d, key, ok := s.ks.ParseIndex(k); ok && d == db {
+				due[string(key)] = true
 			}
 		}
-		if err := s.a.Delete(ctx, e); err != nil && !errors.Is(err, array.ErrNotFound) {
+		return true
+	})
+	return due, err
+}
+
+// reclaimEntry reclaims the key of one due index entry, then deletes the
+// entry.
+func (s *Server) reclaimEntry(ctx context.Context, e []byte, now int64) error {
+	s.txmu.RLock()
+	defer s.txmu.RUnlock()
+	if _, db, key, ok := s.ks.ParseIndex(e); ok {
+		if err := s.reclaim(ctx, db, key, now); err != nil {
 			return err
 		}
-		return nil
-	})
-	_, err := firstError(errs)
-	return err
+	}
+	if err := s.a.Delete(ctx, e); err != nil && !errors.Is(err, array.ErrNotFound) {
+		return err
+	}
+	return nil
 }
 
 // reclaim deletes key of db if its own expire-at has passed.
@@ -191,21 +234,10 @@ func (s *Server) reclaim(ctx context.Context, db int, key []byte, now int64) err
 		return err
 	}
 	defer tk.Release()
-	_, at, err := s.ks.GetRaw(ctx, db, key)
-	switch {
-	case errors.Is(err, array.ErrNotFound):
-		return nil
-	case errors.Is(err, keyspace.ErrBadValue):
-		return nil // not ours to delete
-	case err != nil:
-		return err
-	case !keyspace.Expired(at, now):
-		return nil // stale entry: the key was set again
+	deleted, err := s.ks.DeleteExpired(ctx, db, key, now)
+	if deleted {
+		s.stats.expired.Add(1)
+		s.touch(db, key)
 	}
-	if err := s.a.Delete(ctx, s.ks.Key(db, key)); err != nil && !errors.Is(err, array.ErrNotFound) {
-		return err
-	}
-	s.stats.expired.Add(1)
-	s.touch(db, key)
-	return nil
+	return err
 }

@@ -162,3 +162,93 @@ func TestExpiryDuringTransactions(t *testing.T) {
 		t.Errorf("KEYS in a transaction listed %d expired keys: %q", len(keys), keys[:min(len(keys), 5)])
 	}
 }
+
+// TestExpiryManyPages: keys due at the same moment over several pages of
+// the index listing are all reclaimed, entries included; a stale entry
+// (its key set again without a TTL) deletes nothing; entries not yet due
+// stay. (bench/expiry.sh measures a million such keys.)
+func TestExpiryManyPages(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	rdb := ts.client(func(o *redis.Options) { o.PoolSize = 4 })
+	n := 2*expiryPage + 100
+	at := time.Now().Add(300 * time.Millisecond).UnixMilli()
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range n {
+			p.Do(ctx, "set", fmt.Sprintf("due%d", i), "v", "pxat", at)
+		}
+		for i := range 20 {
+			p.Do(ctx, "set", fmt.Sprintf("again%d", i), "v", "pxat", at)
+			p.Set(ctx, fmt.Sprintf("again%d", i), "kept", 0)
+			p.Set(ctx, fmt.Sprintf("later%d", i), "v", time.Hour)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reclaimed := waitFor(500, func() bool {
+		idx, err := ts.a.Keys(ctx, keyspace.ExpiryPrefix())
+		return err == nil && len(idx) == 20
+	})
+	if !reclaimed {
+		t.Fatal("the due entries were not all reclaimed")
+	}
+	if keys, err := ts.a.Keys(ctx, keyspace.RawKey(0, []byte("due"))); err != nil || len(keys) != 0 {
+		t.Errorf("%d expired values left, %v", len(keys), err)
+	}
+	for i := range 20 {
+		if v, err := rdb.Get(ctx, fmt.Sprintf("again%d", i)).Result(); err != nil || v != "kept" {
+			t.Errorf("again%d = %q, %v: a stale entry deleted a live key", i, v, err)
+		}
+		if d, err := rdb.TTL(ctx, fmt.Sprintf("later%d", i)).Result(); err != nil || d < 50*time.Minute {
+			t.Errorf("later%d TTL = %v, %v", i, d, err)
+		}
+	}
+}
+
+// TestExpiredNeverListed: with the expiry cycle stopped, keys past their
+// expire-at stay stored, yet SCAN, KEYS, RANDOMKEY and EXISTS never
+// return them; DBSIZE counts them until reclaimed, as Redis does.
+func TestExpiredNeverListed(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	rdb := ts.client()
+	if err := ts.srv.start(); err != nil {
+		t.Fatal(err)
+	}
+	ts.srv.stopExpiry()
+	for i := range 50 {
+		rdb.Set(ctx, fmt.Sprintf("gone%02d", i), "v", 30*time.Millisecond)
+	}
+	rdb.Set(ctx, "kept", "v", 0)
+	time.Sleep(50 * time.Millisecond)
+	var scanned []string
+	for cur := uint64(0); ; {
+		keys, next, err := rdb.Scan(ctx, cur, "", 7).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		scanned = append(scanned, keys...)
+		if cur = next; cur == 0 {
+			break
+		}
+	}
+	if len(scanned) != 1 || scanned[0] != "kept" {
+		t.Errorf("SCAN returned %q", scanned)
+	}
+	if keys, err := rdb.Keys(ctx, "*").Result(); err != nil || len(keys) != 1 {
+		t.Errorf("KEYS returned %q, %v", keys, err)
+	}
+	for range 10 {
+		if k, err := rdb.RandomKey(ctx).Result(); err != nil || k != "kept" {
+			t.Errorf("RANDOMKEY returned %q, %v", k, err)
+		}
+	}
+	if n, err := rdb.Exists(ctx, "gone00", "gone49").Result(); err != nil || n != 0 {
+		t.Errorf("EXISTS of expired keys = %d, %v", n, err)
+	}
+	if n, err := rdb.DBSize(ctx).Result(); err != nil || n != 51 {
+		t.Errorf("DBSIZE = %d, %v: keys not yet reclaimed count", n, err)
+	}
+}

@@ -175,7 +175,7 @@ func cmdExpire(c *call) {
 			return cur, false, ""
 		}
 		set = true
-		return value{cur.v, at}, true, ""
+		return value{cur.v, at, cur.raw}, true, ""
 	}); ok {
 		c.w.WriteInt(b2i(set))
 	}
@@ -188,7 +188,7 @@ func cmdPersist(c *call) {
 			return cur, false, ""
 		}
 		done = true
-		return value{cur.v, 0}, true, ""
+		return value{cur.v, 0, cur.raw}, true, ""
 	}); ok {
 		c.w.WriteInt(b2i(done))
 	}
@@ -230,7 +230,7 @@ func (c *call) move(sdb int, src []byte, ddb int, dst []byte, replace, keep bool
 			return false, true
 		}
 	}
-	if err := c.put(ddb, dst, v.v, v.at); err != nil {
+	if err := c.put(ddb, dst, v); err != nil {
 		c.fail(err)
 		return false, false
 	}
@@ -479,7 +479,7 @@ func cmdObject(c *call) {
 	case !found:
 		c.w.WriteNull()
 	case sub == "encoding":
-		c.w.WriteBulkString(encoding(v.v))
+		c.w.WriteBulkString(encoding(v))
 	case sub == "refcount":
 		c.w.WriteInt(1)
 	case sub == "freq":
@@ -489,12 +489,16 @@ func cmdObject(c *call) {
 	}
 }
 
-// encoding is the encoding Redis would report for a string value.
-func encoding(v []byte) string {
-	if _, ok := parseCounter(v); ok {
+// encoding is the encoding Redis would report for a string value: raw
+// once changed in place, else what Redis picks for a value it stores
+// whole (an integer in range is int, up to 44 bytes embstr).
+func encoding(v value) string {
+	switch _, isInt := parseCounter(v.v); {
+	case v.raw:
+		return "raw"
+	case isInt:
 		return "int"
-	}
-	if len(v) <= 44 {
+	case len(v.v) <= 44:
 		return "embstr"
 	}
 	return "raw"

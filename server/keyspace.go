@@ -2,32 +2,80 @@ package server
 
 import (
 	"bytes"
-	"math"
+	"encoding/binary"
 	"slices"
 	"strconv"
+	"sync"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/kvarray/kvarray/keyspace"
 )
 
 // SCAN's cursor. Clients parse the cursor as an unsigned integer (go-redis
 // reads it with ReadUint, redis-cli --scan with strtoull), so it cannot be
-// an opaque string such as the last key. It is a position in the order of
-// scanHash(key): a call returns the keys whose hash is at least the
-// cursor, up to COUNT of them (more when several keys share the last
-// hash, so that a hash's keys are never split between calls), and the next
-// cursor is the last hash plus one; 0 when no key is left. A key present
-// for the whole scan is returned exactly once, whatever is stored or
-// deleted meanwhile — the guarantee Redis gives, and a little more (Redis
-// may return a key twice).
-//
-// Cost: the array lists its keys (sorted, from every device) on every
-// call, and the server sorts them by hash, so a full scan of N keys with
-// COUNT c takes N/c passes over the keys. Fine for now; an iterator in the
-// array would make it a pass in all.
+// the last key returned, which is where the array's ordered listing
+// (Array.KeysFrom) resumes. A cursor is therefore two hints to that key:
+// the low 16 bits name a slot of a table (scanCursors, 65535 slots reused
+// in turn) that holds the key, the high 48 bits are the key's first 6
+// bytes. A call resumes after the slot's key when the slot still holds a
+// key of this database with those first bytes, else (the slot was reused
+// by 65535 later calls, or the server restarted) after the 6 bytes
+// themselves, which come at or before the key: keys between are returned
+// again, none is skipped. So a key present for the whole scan is returned
+// at least once and, unless a cursor outlives its slot, exactly once —
+// Redis's guarantee. A call costs O(COUNT): one page of the listing, and
+// each key of it read to leave out keys that expired (whose value is not
+// reclaimed yet) — never a pass over the database.
 
-func scanHash(key []byte) uint64 { return xxhash.Sum64(key) }
+const (
+	defaultScanCount = 10
+	scanSlots        = 1 << 16
+	scanPrefix       = 6
+)
 
-const defaultScanCount = 10
+type scanCursors struct {
+	mu    sync.Mutex
+	last  int
+	slots [][]byte // array keys (db byte ‖ key); allocated at first use
+}
+
+// cursor registers ak, an array key just returned, as where a scan
+// resumes, and returns its cursor (never 0).
+func (t *scanCursors) cursor(ak []byte) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.slots == nil {
+		t.slots = make([][]byte, scanSlots)
+	}
+	t.last = t.last%(scanSlots-1) + 1 // 1..65535
+	t.slots[t.last] = slices.Clone(ak)
+	return scanHead(ak[1:])<<16 | uint64(t.last)
+}
+
+// resume is the array key a scan of db byte p resumes after (see above).
+func (t *scanCursors) resume(cursor uint64, p int) []byte {
+	head := cursor >> 16
+	var ak []byte
+	t.mu.Lock()
+	if t.slots != nil { // nil: a cursor from before a restart
+		ak = t.slots[cursor&(scanSlots-1)]
+	}
+	t.mu.Unlock()
+	if len(ak) > 0 && int(ak[0]) == p && scanHead(ak[1:]) == head {
+		return ak
+	}
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], head)
+	// The key's first bytes, zero-padded: trimmed of the padding (and of
+	// real zero bytes, which only moves the resume point earlier).
+	return keyspace.RawKey(p, bytes.TrimRight(b[8-scanPrefix:], "\x00"))
+}
+
+// scanHead is the first 6 bytes of key, zero-padded, as a number.
+func scanHead(key []byte) uint64 {
+	var b [8]byte
+	copy(b[8-scanPrefix:], key[:min(len(key), scanPrefix)])
+	return binary.BigEndian.Uint64(b[:])
+}
 
 // cmdScan: SCAN cursor [MATCH pattern] [COUNT count] [TYPE type].
 func cmdScan(c *call) {
@@ -57,7 +105,7 @@ func cmdScan(c *call) {
 				c.syntaxError()
 				return
 			}
-			count = int(min(n, math.MaxInt32))
+			count = int(min(n, 1<<20))
 		case "TYPE":
 			typ = string(v)
 		default:
@@ -65,55 +113,66 @@ func cmdScan(c *call) {
 			return
 		}
 	}
-	keys, err := c.listKeys(c.cl.db, literalPrefix(pattern))
-	if err == nil {
-		keys, err = c.live(c.cl.db, keys)
+	db := c.cl.db
+	p := c.s.ks.Phys(db)
+	var after []byte
+	if cursor != 0 {
+		after = c.s.scans.resume(cursor, p)
 	}
+	c.s.stats.lists.Add(1)
+	page, next, err := c.s.a.KeysFrom(c.ctx, c.s.ks.Key(db, literalPrefix(pattern)), after, count)
 	if err != nil {
 		c.fail(err)
 		return
 	}
-	type hashed struct {
-		h   uint64
-		key []byte
-	}
-	hs := make([]hashed, 0, len(keys))
-	for _, k := range keys {
-		if h := scanHash(k); h >= cursor {
-			hs = append(hs, hashed{h, k})
+	keys := make([][]byte, 0, len(page))
+	for _, ak := range page {
+		if pattern == nil || globMatch(pattern, ak[1:]) {
+			keys = append(keys, ak[1:])
 		}
 	}
-	slices.SortFunc(hs, func(x, y hashed) int {
-		if x.h != y.h {
-			if x.h < y.h {
-				return -1
-			}
-			return 1
-		}
-		return bytes.Compare(x.key, y.key)
-	})
-	n := min(count, len(hs))
-	for n < len(hs) && n > 0 && hs[n].h == hs[n-1].h {
-		n++
+	if c.tx != nil {
+		keys = c.tx.added(db, keys, after, next, literalPrefix(pattern), pattern)
 	}
-	next := uint64(0)
-	if n < len(hs) {
-		next = hs[n-1].h + 1 // no overflow: a larger hash follows
+	if typ != "" && typ != "string" {
+		keys = nil
 	}
-	var page [][]byte
-	if typ == "" || typ == "string" {
-		for _, k := range hs[:n] {
-			if pattern == nil || globMatch(pattern, k.key) {
-				page = append(page, k.key)
-			}
-		}
+	keys, err = c.existing(db, keys)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	nextCursor := uint64(0)
+	if next != nil {
+		nextCursor = c.s.scans.cursor(next)
 	}
 	c.w.WriteArray(2)
-	c.w.WriteBulkString(strconv.FormatUint(next, 10))
-	c.w.WriteArray(len(page))
-	for _, k := range page {
+	c.w.WriteBulkString(strconv.FormatUint(nextCursor, 10))
+	c.w.WriteArray(len(keys))
+	for _, k := range keys {
 		c.w.WriteBulk(k)
 	}
+}
+
+// existing keeps the keys of db that exist (not expired), reading them
+// concurrently.
+func (c *call) existing(db int, keys [][]byte) ([][]byte, error) {
+	found := make([]bool, len(keys))
+	errs := forEach(len(keys), func(i int) error {
+		var err error
+		_, found[i], err = c.get(db, keys[i])
+		return err
+	})
+	if _, err := firstError(errs); err != nil {
+		return nil, err
+	}
+	out := keys[:0]
+	for i, k := range keys {
+		if found[i] {
+			out = append(out, k)
+		}
+	}
+	return out, nil
 }
 
 // cmdKeys: KEYS pattern, in byte order.

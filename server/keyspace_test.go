@@ -10,6 +10,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kvarray/kvarray/keyspace"
 )
 
 func TestGlobMatch(t *testing.T) {
@@ -122,6 +126,46 @@ func TestScan(t *testing.T) {
 			t.Errorf("COUNT %d: scan returned %d keys, want the %d keys once each", count, len(got), len(all))
 		}
 	}
+	// A cursor whose slot was reused (or from before a restart) resumes at
+	// its key's first bytes: keys may come again, none is skipped.
+	first, cur, err := rdb.Scan(ctx, 0, "", 150).Result()
+	if err != nil || cur == 0 {
+		t.Fatal(cur, err)
+	}
+	for range 2 {
+		got := slices.Clone(first)
+		rest := cur ^ 0x8000 // another slot
+		for rest != 0 {
+			var page []string
+			if page, rest, err = rdb.Scan(ctx, rest, "", 40).Result(); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, page...)
+		}
+		sort.Strings(got)
+		if got = slices.Compact(got); !slices.Equal(got, all) {
+			t.Errorf("resumed from a stale cursor: %d distinct keys, want %d", len(got), len(all))
+		}
+		ts.restart() // the table is empty: the same again
+		rdb = ts.client()
+	}
+
+	// Inside a transaction SCAN sees the transaction's own writes.
+	cmds, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, "key:0505", "v", 0)
+		p.Del(ctx, "key:050")
+		p.Scan(ctx, 0, "key:05*", 1000)
+		p.Del(ctx, "key:0505")
+		p.Set(ctx, "key:050", "v", 0)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ := cmds[2].(*redis.ScanCmd).Val(); !slices.Contains(keys, "key:0505") || slices.Contains(keys, "key:050") || len(keys) != 10 {
+		t.Errorf("SCAN in a transaction: %q", keys)
+	}
+
 	// MATCH and TYPE filter; redis-style iteration with go-redis's iterator.
 	it := rdb.Scan(ctx, 0, "key:1?0", 5).Iterator()
 	var matched []string
@@ -215,5 +259,99 @@ func TestScan(t *testing.T) {
 	}
 	if n, err := rdb.DBSize(ctx).Result(); err != nil || n < 300 {
 		t.Errorf("DBSIZE = %d, %v", n, err)
+	}
+}
+
+// TestKeyCounts: DBSIZE and INFO keyspace follow every kind of write
+// (plain and transactional, TTLs set and removed, deletes, FLUSHDB, the
+// expiry cycle's reclaims) without listing keys, and stay right across a
+// clean restart (saved counts) and after a write by a program that does
+// not count (recounted).
+func TestKeyCounts(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	rdb := ts.client()
+	db3 := ts.client(func(o *redis.Options) { o.DB = 3 })
+	for i := range 30 {
+		rdb.Set(ctx, fmt.Sprintf("k%d", i), "v", 0)
+		rdb.Set(ctx, fmt.Sprintf("t%d", i), "v", time.Hour)
+		db3.Set(ctx, fmt.Sprintf("x%d", i), "v", time.Hour)
+	}
+	rdb.Set(ctx, "soon", "v", 50*time.Millisecond)
+	rdb.Expire(ctx, "k0", time.Hour)
+	rdb.Persist(ctx, "t0")
+	rdb.Del(ctx, "k1", "t1", "nokey")
+	rdb.Incr(ctx, "n")
+	rdb.Append(ctx, "t2", "x")
+	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, "m1", "v", time.Hour)
+		p.Del(ctx, "k2")
+		p.Rename(ctx, "k3", "k3b")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db3.Do(ctx, "flushdb")
+	db3.Set(ctx, "y", "v", 0)
+	// 28 k (k3b; k0 with a TTL), 29 t (t0 without), n, m1; soon reclaimed.
+	want := map[string]string{"db0": "keys=59,expires=30", "db3": "keys=1,expires=0"}
+	check := func(when string) {
+		t.Helper()
+		info, err := rdb.Info(ctx, "keyspace").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for db, w := range want {
+			if !strings.Contains(info, db+":"+w+",") {
+				t.Errorf("%s: INFO keyspace %q, want %s:%s", when, info, db, w)
+			}
+		}
+		if n, err := db3.DBSize(ctx).Result(); err != nil || n != 1 {
+			t.Errorf("%s: DBSIZE of db 3 = %d, %v", when, n, err)
+		}
+	}
+	if !waitFor(250, func() bool { n, _ := rdb.DBSize(ctx).Result(); return n == 59 }) {
+		n, _ := rdb.DBSize(ctx).Result()
+		keys, _ := rdb.Keys(ctx, "*").Result()
+		info, _ := rdb.Info(ctx, "keyspace").Result()
+		t.Fatalf("the reclaim of soon was not counted: DBSIZE %d, %d keys %q, %s", n, len(keys), keys, info)
+	}
+	exact := func() bool {
+		if err := ts.srv.start(); err != nil { // and orders the read of ks
+			t.Fatal(err)
+		}
+		_, _, exact := ts.srv.ks.Count(0)
+		return exact
+	}
+	if !exact() {
+		t.Fatal("the counts are not exact")
+	}
+	check("running")
+	ts.restart()
+	rdb, db3 = ts.client(), ts.client(func(o *redis.Options) { o.DB = 3 })
+	if !exact() {
+		t.Error("the counts saved at shutdown were not loaded")
+	}
+	check("after a clean restart")
+	ts.stop()
+	cli, err := keyspace.Open(ctx, ts.a, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.Set(ctx, 3, []byte("z"), []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	want["db3"] = "keys=2,expires=0"
+	ts.restart()
+	rdb, db3 = ts.client(), ts.client(func(o *redis.Options) { o.DB = 3 })
+	if !waitFor(250, exact) {
+		t.Fatal("no recount")
+	}
+	if n, err := db3.DBSize(ctx).Result(); err != nil || n != 2 {
+		t.Errorf("after a recount: DBSIZE of db 3 = %d, %v", n, err)
+	}
+	info, _ := rdb.Info(ctx, "keyspace").Result()
+	if !strings.Contains(info, "db0:keys=59,expires=30,") || !strings.Contains(info, "db3:keys=2,expires=0,") {
+		t.Errorf("after a recount: INFO keyspace %q", info)
 	}
 }

@@ -40,12 +40,12 @@
 //     yet, and a failure part way leaves the keys that were written.
 //   - Expiry (expire.go) is stored with the value and survives restarts,
 //     rebuilds and mechanism changes; an expired key is never returned.
-//   - SCAN's cursor is a position in the order of a 64-bit hash of the
-//     keys (a decimal number, as clients expect): a key present for the
-//     whole scan is returned exactly once, whatever is added or removed
-//     meanwhile. Each call lists the database's keys (a pass over every
-//     device) and sorts them; so do KEYS, DBSIZE, RANDOMKEY, FLUSHDB and
-//     INFO keyspace. No command but INFO kvarray reads every value.
+//   - SCAN pages through the array's ordered listing, O(COUNT) per call;
+//     its numeric cursor names where to resume (keyspace.go): a key
+//     present for the whole scan is returned at least once. DBSIZE and
+//     INFO keyspace read the keyspace's counts. KEYS, RANDOMKEY and
+//     FLUSHDB list the database's keys (a pass over every device). No
+//     command but INFO kvarray reads every value.
 //
 // Access control (auth.go), as Redis 7: with a password for the default
 // user (WithAuth), a connection runs nothing but AUTH, HELLO and QUIT
@@ -191,6 +191,7 @@ type Server struct {
 	watch watches
 	pause atomic.Pointer[pause]
 	exp   expiry
+	scans scanCursors // SCAN's cursors (keyspace.go)
 	cfg   runtimeConfig
 
 	// ctx is the context of every array operation; cancelled when
@@ -329,6 +330,7 @@ func (s *Server) start() error {
 			s.startErr = fmt.Errorf("server: %w", err)
 			return
 		}
+		ks.StartCounting(s.ctx)
 		s.startExpiry()
 	})
 	return s.startErr
@@ -369,6 +371,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	select {
 	case <-s.drained:
+		s.saveCounts(ctx)
 		return nil
 	case <-ctx.Done():
 	}
@@ -381,6 +384,19 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.closeDrained()
 	return ctx.Err()
+}
+
+// saveCounts stores the keyspace's counts once no command runs, so that
+// the next start need not recount (keyspace.Store.SaveCounts).
+func (s *Server) saveCounts(ctx context.Context) {
+	s.startOnce.Do(func() {}) // waits for a start in progress; none after
+	if s.ks == nil {
+		return
+	}
+	s.ks.StopCounting()
+	if err := s.ks.SaveCounts(ctx); err != nil {
+		s.o.errorLog.Printf("kvarray server: %v (the next start recounts)", err)
+	}
 }
 
 func (s *Server) connList() []*conn {

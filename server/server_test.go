@@ -219,7 +219,7 @@ func TestGoRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"# Kvarray", "array_id:" + ts.a.ID().String(),
-		"mode:hybrid", "device5:name=mem:d5,state=healthy", "mechanism_splitting:objects=", "storage_overhead:", "ops_store:"} {
+		"mode:hybrid", "device5:name=mem:d5,state=healthy", "device_bytes:", "ops_store:"} {
 		if !strings.Contains(info, want) {
 			t.Errorf("INFO kvarray lacks %q:\n%s", want, info)
 		}
@@ -251,13 +251,22 @@ func TestKVArrayCommands(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), "ERR unknown mechanism: ") || !strings.Contains(err.Error(), "raid5") {
 		t.Errorf("KVARRAY.SET with an unknown mechanism: %v", err)
 	}
-	raw, err := rdb.Do(ctx, "kvarray.status").Text()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var st array.Status
-	if err := json.Unmarshal([]byte(raw), &st); err != nil {
-		t.Fatalf("KVARRAY.STATUS is not JSON of array.Status: %v\n%s", err, raw)
+	for _, args := range [][]any{{"kvarray.status"}, {"kvarray.status", "deep"}} {
+		raw, err := rdb.Do(ctx, args...).Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st = array.Status{}
+		if err := json.Unmarshal([]byte(raw), &st); err != nil {
+			t.Fatalf("%v is not JSON of array.Status: %v\n%s", args, err, raw)
+		}
+		if deep := len(args) == 2; st.Deep != deep || !deep && (st.Objects != 0 || len(st.Mechanisms) != 0) {
+			t.Errorf("%v: deep %v, %d objects, mechanisms %v", args, st.Deep, st.Objects, st.Mechanisms)
+		}
+	}
+	if err := rdb.Do(ctx, "kvarray.status", "shallow").Err(); err == nil || !strings.Contains(err.Error(), "syntax error") {
+		t.Errorf("KVARRAY.STATUS shallow: %v", err)
 	}
 	per := map[string]int64{}
 	for _, m := range st.Mechanisms {
@@ -281,7 +290,7 @@ func TestKVArrayCommands(t *testing.T) {
 	if err := rdb.Set(ctx, "during", "failure", 0).Err(); err != nil {
 		t.Errorf("SET with a device failed: %v", err)
 	}
-	raw, err = rdb.Do(ctx, "kvarray.recover", dev).Text()
+	raw, err := rdb.Do(ctx, "kvarray.recover", dev).Text()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,7 +523,7 @@ func TestRedisCLI(t *testing.T) {
 	if out := ts.redisCLI(nil, "--scan", "--pattern", "from-*"); strings.Count(string(out), "\n") != 2*len(values) {
 		t.Errorf("redis-cli --scan --pattern from-*:\n%s", out)
 	}
-	if out := ts.redisCLI(nil, "info", "kvarray"); !bytes.Contains(out, []byte("storage_overhead:")) {
+	if out := ts.redisCLI(nil, "info", "kvarray"); !bytes.Contains(out, []byte("device_bytes:")) {
 		t.Errorf("redis-cli info kvarray:\n%s", out)
 	}
 	if out := ts.redisCLI(nil, "foo", "bar"); !bytes.Contains(out, []byte("ERR unknown command 'foo', with args beginning with: 'bar'")) {
@@ -648,9 +657,9 @@ func TestShutdownWaitsForInFlight(t *testing.T) {
 	for i := range conns {
 		for j := range n {
 			b, err := ts.a.Retrieve(context.Background(), keyspace.RawKey(0, []byte(fmt.Sprintf("k%d-%d", i, j))))
-			v, _, _ := keyspace.DecodeValue(b)
-			if err != nil || string(v) != fmt.Sprintf("v%d-%d", i, j) {
-				t.Errorf("k%d-%d after shutdown: %q, %v", i, j, v, err)
+			v, _ := keyspace.DecodeValue(b)
+			if err != nil || string(v.V) != fmt.Sprintf("v%d-%d", i, j) {
+				t.Errorf("k%d-%d after shutdown: %q, %v", i, j, v.V, err)
 			}
 		}
 	}

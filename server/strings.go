@@ -62,7 +62,7 @@ func (c *call) updateRead(key []byte, read bool, fn func(cur value, found bool) 
 			c.fail(err)
 			return cur, found, false
 		}
-		if err := c.put(c.cl.db, key, next.v, next.at, c.callOpts()...); err != nil {
+		if err := c.put(c.cl.db, key, next, c.callOpts()...); err != nil {
 			c.fail(err)
 			return cur, found, false
 		}
@@ -205,7 +205,7 @@ func cmdSet(c *call) {
 			at = cur.at
 		}
 		stored = true
-		return value{c.args[2], at}, true, ""
+		return value{c.args[2], at, false}, true, ""
 	})
 	switch {
 	case !ok:
@@ -223,7 +223,7 @@ func cmdSetNX(c *call) {
 	stored := false
 	if _, _, ok := c.update(c.args[1], func(_ value, found bool) (value, bool, string) {
 		stored = !found
-		return value{c.args[2], 0}, !found, ""
+		return value{c.args[2], 0, false}, !found, ""
 	}); ok {
 		c.w.WriteInt(b2i(stored))
 	}
@@ -248,7 +248,7 @@ func cmdSetEx(c *call) {
 		return
 	}
 	if _, _, ok := c.updateRead(c.args[1], false, func(value, bool) (value, bool, string) {
-		return value{c.args[3], at}, true, ""
+		return value{c.args[3], at, false}, true, ""
 	}); ok {
 		c.ok()
 	}
@@ -287,7 +287,7 @@ func cmdGetEx(c *call) {
 		if !found || exp.kind == "" || exp.kind == "PERSIST" && cur.at == 0 {
 			return cur, false, ""
 		}
-		return value{cur.v, exp.at}, true, ""
+		return value{cur.v, exp.at, cur.raw}, true, ""
 	})
 	if ok {
 		c.hit(found)
@@ -297,7 +297,7 @@ func cmdGetEx(c *call) {
 
 func cmdGetSet(c *call) {
 	if cur, found, ok := c.update(c.args[1], func(value, bool) (value, bool, string) {
-		return value{c.args[2], 0}, true, ""
+		return value{c.args[2], 0, false}, true, ""
 	}); ok {
 		c.bulkOrNull(cur, found)
 	}
@@ -377,7 +377,7 @@ func cmdMset(c *call) {
 	}
 	errs := forEach(len(idx), func(j int) error {
 		i := idx[j]
-		return c.put(c.cl.db, keys[i], c.args[2+2*i], 0)
+		return c.put(c.cl.db, keys[i], value{c.args[2+2*i], 0, false})
 	})
 	if failed, first := firstError(errs); first != nil {
 		c.error(fmt.Sprintf("%s (%d of %d keys not written)", errorReply(first), failed, len(idx)))
@@ -447,7 +447,7 @@ func cmdAppend(c *call) {
 		nv := make([]byte, 0, len(cur.v)+len(c.args[2]))
 		nv = append(append(nv, cur.v...), c.args[2]...)
 		n = len(nv)
-		return value{nv, cur.at}, true, ""
+		return value{nv, cur.at, found}, true, ""
 	}); ok {
 		c.w.WriteInt(n)
 	}
@@ -515,7 +515,7 @@ func cmdSetRange(c *call) {
 		}
 		copy(nv[off:], val)
 		n = len(nv)
-		return value{nv, cur.at}, true, ""
+		return value{nv, cur.at, true}, true, ""
 	}); ok {
 		c.w.WriteInt(n)
 	}
@@ -569,7 +569,7 @@ func cmdIncr(c *call) {
 			return value{}, false, errOverflow
 		}
 		result = n + by
-		return value{strconv.AppendInt(nil, result, 10), cur.at}, true, ""
+		return value{strconv.AppendInt(nil, result, 10), cur.at, false}, true, ""
 	}); ok {
 		c.w.WriteInt64(result)
 	}
@@ -610,7 +610,7 @@ func cmdIncrByFloat(c *call) {
 			return value{}, false, errNaN
 		}
 		out = []byte(formatFloat(r))
-		return value{out, cur.at}, true, ""
+		return value{out, cur.at, false}, true, ""
 	}); ok {
 		c.w.WriteBulk(out)
 	}
@@ -645,7 +645,7 @@ func cmdSetBit(c *call) {
 		} else {
 			nv[i] &^= mask
 		}
-		return value{nv, cur.at}, true, ""
+		return value{nv, cur.at, true}, true, ""
 	}); ok {
 		c.w.WriteInt(old)
 	}

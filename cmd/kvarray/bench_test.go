@@ -43,7 +43,7 @@ func TestBenchQuick(t *testing.T) {
 		{"replication", "standalone", 3, 0},
 		{"replication", "hybrid", 3, 1}, // plus the hybrid read before write
 		{"hashing", "standalone", 1, 0},
-		{"splitting", "standalone", 6, 0}, // k+r
+		{"splitting", "standalone", 6, 1}, // k+r, and the read that picks the other bank
 		{"splitting", "hybrid", 6, 1},
 		{"none", "raw", 1, 0},
 	} {

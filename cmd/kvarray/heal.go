@@ -446,7 +446,7 @@ func (c *cli) heal(what string, dev, workers int, asJSON bool, run func(*array.A
 		if err != nil {
 			return err
 		}
-		st, serr := remoteStatus(c.ctx, cl)
+		st, serr := remoteStatus(c.ctx, cl, false)
 		state := "?"
 		if serr == nil && dev < len(st.Devices) {
 			state = st.Devices[dev].State
@@ -558,7 +558,7 @@ func (c *cli) scrub(repair bool, workers int, asJSON bool) error {
 			return fmt.Errorf("scrub: %w", err)
 		}
 		var skipped []string
-		if st, err := remoteStatus(c.ctx, cl); err == nil {
+		if st, err := remoteStatus(c.ctx, cl, false); err == nil {
 			for _, d := range st.Devices {
 				if d.State == mechanism.Failed.String() {
 					skipped = append(skipped, strconv.Itoa(d.Index))

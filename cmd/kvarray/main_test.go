@@ -120,7 +120,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 
 	var st array.Status
-	if err := json.Unmarshal([]byte(ok(t, nil, "status", "--json")), &st); err != nil {
+	if err := json.Unmarshal([]byte(ok(t, nil, "status", "--json", "--deep")), &st); err != nil {
 		t.Fatalf("status --json: %v", err)
 	}
 	if st.Objects != 6 || len(st.Devices) != 6 || st.Overhead < 1 {
@@ -134,11 +134,16 @@ func TestRoundTrip(t *testing.T) {
 	if per["hashing"] != 1 || per["replication"] != 3 || per["splitting"] != 2 {
 		t.Errorf("objects per mechanism: %v", per)
 	}
-	human := ok(t, nil, "status")
+	human := ok(t, nil, "status", "--deep")
 	for _, w := range []string{"DEVICE", "pebble:" + filepath.Join(dir, "data", "dev0"), "healthy", "MECHANISM", "splitting", "storage overhead"} {
 		if !strings.Contains(human, w) {
-			t.Errorf("status lacks %q:\n%s", w, human)
+			t.Errorf("status --deep lacks %q:\n%s", w, human)
 		}
+	}
+	// Without --deep: the devices, no pass over the objects.
+	human = ok(t, nil, "status")
+	if !strings.Contains(human, "healthy") || strings.Contains(human, "MECHANISM") || !strings.Contains(human, "objects not counted") {
+		t.Errorf("status without --deep:\n%s", human)
 	}
 
 	ok(t, nil, "del", "hello")

@@ -117,9 +117,13 @@ func remoteError(err error) error {
 }
 
 // remoteStatus fetches the status and the running tasks.
-func remoteStatus(ctx context.Context, cl *redis.Client) (serverStatus, error) {
+func remoteStatus(ctx context.Context, cl *redis.Client, deep bool) (serverStatus, error) {
 	var st serverStatus
-	if err := remoteJSON(ctx, cl, &st.Status, "kvarray.status"); err != nil {
+	args := []any{"kvarray.status"}
+	if deep {
+		args = append(args, "deep")
+	}
+	if err := remoteJSON(ctx, cl, &st.Status, args...); err != nil {
 		return st, err
 	}
 	var pr progressReply

@@ -10,6 +10,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
+	"github.com/kvarray/kvarray/array"
 	"github.com/kvarray/kvarray/config"
 )
 
@@ -17,9 +18,9 @@ import (
 var watchEvery = 2 * time.Second
 
 func (c *cli) statusCmd() *cobra.Command {
-	var asJSON, watch bool
+	var asJSON, watch, deep bool
 	cmd := &cobra.Command{
-		Use:   "status [--json] [--watch]",
+		Use:   "status [--json] [--watch] [--deep]",
 		Short: "Report the array's health, devices, objects per mechanism and storage overhead",
 		Long: `status starts with the array's health in one line:
   clean                                    every device healthy
@@ -29,10 +30,12 @@ func (c *cli) statusCmd() *cobra.Command {
                                            in use tolerates, or unreadable objects
 then every device (index, name, state, keys to resync, keys, used bytes,
 capacity and free space where the device has a capacity, and why it
-failed), the objects and user bytes per mechanism, and the storage
-overhead: bytes on the devices per user byte. It reads every object's
-header, so it takes a pass over the keys. --json prints the same as JSON,
-with "health" and "exit_code". --watch redraws it every 2 seconds until ^C.
+failed) and the bytes they hold: one call per device, fast whatever the
+number of keys. --deep also counts the objects and user bytes per
+mechanism, the storage overhead (bytes on the devices per user byte) and
+the objects whose header cannot be read: it reads every object's header,
+a pass over the keys. --json prints the same as JSON, with "health" and
+"exit_code". --watch redraws it every 2 seconds until ^C.
 
 While 'kvarray serve' holds the array, status asks it (through the admin
 socket beside the config file), and shows the rebuild, resync or scrub it
@@ -51,10 +54,10 @@ A device's state is one of:
 		Args: args(0, 0, "no arguments"),
 		RunE: func(_ *cobra.Command, _ []string) error {
 			if !watch {
-				return c.status(asJSON, false)
+				return c.status(asJSON, false, deep)
 			}
 			for {
-				if err := c.status(asJSON, true); err != nil {
+				if err := c.status(asJSON, true, deep); err != nil {
 					return err
 				}
 				select {
@@ -67,6 +70,7 @@ A device's state is one of:
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
 	cmd.Flags().BoolVar(&watch, "watch", false, "redraw every 2 seconds until interrupted")
+	cmd.Flags().BoolVar(&deep, "deep", false, "count objects per mechanism: reads every object's header")
 	return cmd
 }
 
@@ -78,7 +82,7 @@ type statusReport struct {
 }
 
 // status prints the status once and sets the exit code from the health.
-func (c *cli) status(asJSON, redraw bool) error {
+func (c *cli) status(asJSON, redraw, deep bool) error {
 	cfg, err := c.loadConfig()
 	if err != nil {
 		return err
@@ -90,7 +94,7 @@ func (c *cli) status(asJSON, redraw bool) error {
 	var st serverStatus
 	if cl != nil {
 		defer cl.Close()
-		if st, err = remoteStatus(c.ctx, cl); err != nil {
+		if st, err = remoteStatus(c.ctx, cl, deep); err != nil {
 			return err
 		}
 		// The server names devices as they were when it started; the
@@ -108,7 +112,11 @@ func (c *cli) status(asJSON, redraw bool) error {
 		if err != nil {
 			return err
 		}
-		st.Status, err = a.Status(c.ctx)
+		var opts []array.StatusOption
+		if deep {
+			opts = append(opts, array.StatusDeep())
+		}
+		st.Status, err = a.Status(c.ctx, opts...)
 		if cerr := a.Close(); err == nil {
 			err = cerr
 		}
@@ -161,6 +169,10 @@ func printStatus(out io.Writer, ss serverStatus) error {
 			fmt.Fprintf(w, "\t%s", oneLine(d.Reason))
 		}
 		fmt.Fprintln(w)
+	}
+	if !st.Deep {
+		fmt.Fprintf(w, "\ndevice bytes %s; objects not counted (--deep reads every object's header)\n", humanize.IBytes(uint64(st.DeviceBytes)))
+		return w.Flush()
 	}
 	fmt.Fprintln(w, "\nMECHANISM\tOBJECTS\tBYTES")
 	for _, m := range st.Mechanisms {

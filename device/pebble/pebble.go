@@ -213,9 +213,13 @@ func Open(dir string, opts ...Option) (*Device, error) {
 		return err
 	})
 	if err != nil {
+		if e := inUse(dir, err); e != nil {
+			return nil, fmt.Errorf("%s: open: %w", name, e)
+		}
 		return nil, fmt.Errorf("%s: open: %w", name, d.openErr(err))
 	}
 	d.db = db
+	claim(dir)
 	d.sample(context.Background())
 	go d.probe()
 	return d, nil

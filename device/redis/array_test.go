@@ -162,7 +162,7 @@ func TestArrayRoundTrip(t *testing.T) {
 					t.Fatalf("retrieve %q after delete: %v", key, err)
 				}
 			}
-			st, err := r.a.Status(t.Context())
+			st, err := r.a.Status(t.Context(), array.StatusDeep())
 			if err != nil {
 				t.Fatal(err)
 			}

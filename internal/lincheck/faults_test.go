@@ -147,12 +147,9 @@ func (s *served) states() []string {
 
 // healthy waits for device i to be healthy again: the automatic resync
 // re-admits a failed device that answers again (as under `kvarray serve`),
-// and a device being rebuilt is rebuilt here, as an operator would.
-//
-// A failed device is not also resynced here: today a Resync concurrent
-// with the automatic one is a data race (both write the device's entry of
-// Array.reasons, array/rebuild.go); KVARRAY_TRUST_FAILING=1 resyncs here
-// too, to show it under -race.
+// and a device being rebuilt is rebuilt here, as an operator would. A
+// failed device is also resynced here, concurrently with the automatic
+// resync, as an operator may.
 func (s *served) healthy(i int) {
 	s.t.Helper()
 	s.until(fmt.Sprintf("device %d back", i), 30*time.Second, func() error {
@@ -160,10 +157,8 @@ func (s *served) healthy(i int) {
 		case mechanism.Healthy:
 			return nil
 		case mechanism.Failed:
-			if os.Getenv("KVARRAY_TRUST_FAILING") != "" {
-				_, err := s.a.Resync(context.Background(), i)
-				return err
-			}
+			_, err := s.a.Resync(context.Background(), i)
+			return err
 		case mechanism.Rebuilding:
 			_, err := s.a.Rebuild(context.Background(), i)
 			return err
@@ -185,9 +180,8 @@ func (s *served) healthy(i int) {
 //     resumed (SIGCONT) and resynced;
 //  3. a redis-server device is killed and restarted empty (its files
 //     removed): it is adopted as a new device and rebuilt;
-//  4. with KVARRAY_TRUST_FAILING=1: a Pebble device's directory is removed
-//     while serving (today this panics the process, issue 14), and the
-//     device is replaced by a new one and rebuilt.
+//  4. a Pebble device's directory is removed while serving, and the
+//     device is replaced online by a new one and rebuilt.
 //
 // After the load a last client reads every key (part of the history).
 func TestLinearizableUnderFaults(t *testing.T) {
@@ -265,23 +259,21 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	load(500 * time.Millisecond)
 
 	// 4. A Pebble directory removed under load.
-	if os.Getenv("KVARRAY_TRUST_FAILING") != "" {
-		t.Log("remove device 4's directory")
-		if err := os.RemoveAll(s.dirs[0]); err != nil {
-			t.Fatal(err)
-		}
-		events++
-		load(time.Second)
-		d, err := pebble.Open(s.dirs[0]+"-new", pebble.WithCreate(true))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.a.ReplaceDevice(context.Background(), 4, d); err != nil {
-			t.Fatalf("replace device 4: %v", err)
-		}
-		s.healthy(4)
-		load(500 * time.Millisecond)
+	t.Log("remove device 4's directory")
+	if err := os.RemoveAll(s.dirs[0]); err != nil {
+		t.Fatal(err)
 	}
+	events++
+	load(time.Second)
+	d, err := pebble.Open(s.dirs[0]+"-new", pebble.WithCreate(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.a.ReplaceDevice(context.Background(), 4, d); err != nil {
+		t.Fatalf("replace device 4: %v", err)
+	}
+	s.healthy(4)
+	load(500 * time.Millisecond)
 
 	stop()
 	wg.Wait()

@@ -34,6 +34,22 @@
 //     released correctly.
 //   - Repairs write only devices that answered: a device that reported
 //     device.ErrDeviceFailed is left for rebuild.
+//   - Writes are out of place but for the primary's shard: shards 1.. of a
+//     write go under the data key or the bank key, as the version selects
+//     (mechanism.Banked), and the array gives an overwrite a version of
+//     the other bank than the value it replaces (WritesOutOfPlace). An
+//     overwrite cut short (a crash, devices failing under it) therefore
+//     leaves the old value's shards 1.. whole, w-1 ≥ k of them: the old
+//     value or the new one reads back, never neither. The primary's
+//     shard, the commit point, is written after the others when the store
+//     is not given the value it replaces (a new key: absence must stay
+//     readable; another mechanism's value: only the primary's piece says
+//     where it is), and when r or more devices of the span are already
+//     down (the old value then keeps only k-1 shards past the primary).
+//     A shard counts only under the key its version selects.
+//   - A good shard 0 on the primary names the version to read: only its
+//     bank is read. Without one, both banks are read and the newest write
+//     with k shards wins, as for any lost piece.
 package splitting
 
 import (
@@ -137,6 +153,12 @@ func (m *splitting) Width() int { return m.k + m.r }
 // Tolerates implements mechanism.Mechanism.
 func (m *splitting) Tolerates() int { return m.r }
 
+// WritesOutOfPlace tells the array that shards 1.. are written under the
+// key the version selects (see the package invariants): an overwrite must
+// get a version of the other bank than the value it replaces, and only
+// the primary's piece of that value is overwritten.
+func (m *splitting) WritesOutOfPlace() bool { return true }
+
 // shape is what one store writes identically into all the shards of a
 // split; shards combine only when their shapes are equal.
 type shape struct {
@@ -209,8 +231,9 @@ func (m *splitting) parse(v *format.Value) (shape, int, bool) {
 		ec: v.EC, k: k, r: r, shardSize: size}, index, true
 }
 
-// Store implements mechanism.Mechanism: it encodes value and writes the k+r
-// shards with one concurrent write.
+// Store implements mechanism.Mechanism: it encodes value, writes the k+r
+// shards, and then removes what the previous value (prev) left under the
+// other bank or beyond the new width.
 func (m *splitting) Store(ctx context.Context, k mechanism.Key, obj mechanism.Object, value []byte, prev *mechanism.Prev) error {
 	if len(value) > m.splitCap {
 		return fmt.Errorf("%s: store split %d of %q: %d bytes, a split holds %d: %w",
@@ -220,10 +243,7 @@ func (m *splitting) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 	if err != nil {
 		return fmt.Errorf("%s: store split %d of %q: %w", Name, k.Split, k.User, err)
 	}
-	w := m.k + m.r
-	// Degraded: up to r shards may miss their failed devices (recorded
-	// for resync); the others still rebuild the split.
-	err = m.env.Write(ctx, k.Data(), m.env.Span(k, 0, w), vals, m.r)
+	err = m.write(ctx, k, obj.Version, vals, prev == nil)
 	// Devices do not retain values once a store returns (device
 	// contract), so the pieces' memory is free again.
 	putBuf(buf)
@@ -231,13 +251,60 @@ func (m *splitting) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 		return fmt.Errorf("%s: store split %d of %q: %w", Name, k.Split, k.User, err)
 	}
 	if prev != nil {
-		if old := m.widthOf(&prev.Header); old > w {
-			if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, w, old), old-w); err != nil {
+		w, pv, pw := m.k+m.r, prev.Header.Version, m.widthOf(&prev.Header)
+		// Shards 1.. of prev are under its bank's key: all of them are
+		// left over when the new write used the other bank, those past
+		// the new width when it used the same one (in place).
+		from := w
+		if mechanism.Banked(1, pv) != mechanism.Banked(1, obj.Version) {
+			from = 1
+		}
+		if from < pw {
+			if err := m.env.Delete(ctx, k.PieceKey(1, pv), m.env.Span(k, from, pw), pw-from); err != nil {
 				return fmt.Errorf("%s: drop old shards of split %d of %q: %w", Name, k.Split, k.User, err)
 			}
 		}
 	}
 	return nil
+}
+
+// write stores the pieces of a write of version v, piece i on the device
+// at offset i under k.PieceKey(i, v). Up to r may miss their devices
+// (recorded for resync); the others still rebuild the split. The primary's
+// piece goes last when primaryLast or when r or more devices of the span
+// are down (see the package invariants); otherwise all go at once.
+//
+// primaryLast is for a store that is not given the value it replaces: a
+// new key, or another mechanism's value. Until the new value is whole,
+// the primary's piece must keep saying what was there, absence or the old
+// mechanism, whose pieces past the primary the store leaves alone.
+func (m *splitting) write(ctx context.Context, k mechanism.Key, v uint64, vals [][]byte, primaryLast bool) error {
+	w := len(vals)
+	devs := m.env.Span(k, 0, w)
+	if err := m.env.Reachable(devs, m.r); err != nil {
+		return err
+	}
+	ops := make([]mechanism.Op, w)
+	down := 0
+	for i, d := range devs {
+		ops[i] = mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpStore, Key: k.PieceKey(i, v), Value: vals[i]}}
+		if m.env.State(d) != mechanism.Healthy {
+			down++
+		}
+	}
+	if (primaryLast || down >= m.r) && w > 1 {
+		m.env.Do(ctx, ops[1:])
+		if err := mechanism.Quorum(ops[1:], m.r); err != nil {
+			return err
+		}
+		m.env.Do(ctx, ops[:1])
+	} else {
+		m.env.Do(ctx, ops)
+	}
+	if err := mechanism.Quorum(ops, m.r); err != nil {
+		return err
+	}
+	return m.env.Acknowledge(ctx, ops)
 }
 
 // encode returns the k+r encoded pieces of value, and the pooled buffer
@@ -325,7 +392,7 @@ func (m *splitting) Retrieve(ctx context.Context, k mechanism.Key, have []mechan
 			if g.k == 1 {
 				return p0.Value.Payload[:g.splitLen:g.splitLen], p0.Value.Header, nil
 			}
-			pieces := m.env.ReadSpan(ctx, k, 0, g.k, have)
+			pieces := m.readAt(ctx, k, g.version, 0, g.k, have)
 			if m.allOf(&g, pieces) {
 				return join(&g, pieces, nil), p0.Value.Header, nil
 			}
@@ -338,6 +405,22 @@ func (m *splitting) Retrieve(ctx context.Context, k mechanism.Key, have []mechan
 		return nil, format.Header{}, err
 	}
 	return join(&r.shape, nil, r.shards), r.header, nil
+}
+
+// readAt reads the pieces of a write of version v at offsets [from, to)
+// from the primary, each under the key v selects for it, reusing have.
+func (m *splitting) readAt(ctx context.Context, k mechanism.Key, v uint64, from, to int, have []mechanism.Piece) []mechanism.Piece {
+	if !mechanism.Banked(1, v) {
+		return m.env.ReadSpan(ctx, k, from, to, have)
+	}
+	var out []mechanism.Piece
+	if from == 0 {
+		out = m.env.ReadSpan(ctx, k, 0, 1, have)
+	}
+	if to > max(from, 1) {
+		out = append(out, m.env.ReadBankSpan(ctx, k, max(from, 1), to, have)...)
+	}
+	return out
 }
 
 // allOf reports whether pieces[i] is a good shard i of g for every i.
@@ -385,21 +468,90 @@ func (m *splitting) RepairWith(ctx context.Context, k mechanism.Key, hint *forma
 	if r.rewriteErr != nil {
 		return r.rewritten, fmt.Errorf("%s: repair split %d of %q: %w", Name, k.Split, k.User, r.rewriteErr)
 	}
-	return r.rewritten, nil
+	if have != nil {
+		// A rebuild's restore: the other bank is Scrub's to clean.
+		return r.rewritten, nil
+	}
+	dropped, err := m.dropOtherBank(ctx, k, &r)
+	if err != nil {
+		return r.rewritten + dropped, fmt.Errorf("%s: repair split %d of %q: %w", Name, k.Split, k.User, err)
+	}
+	return r.rewritten + dropped, nil
 }
 
-// Release implements mechanism.Mechanism.
+// dropOtherBank deletes the pieces past the primary under the key that the
+// chosen write does not use: the shards of the value it replaced, or of a
+// store cut short, and under the data key any piece another mechanism
+// left there. None belongs to the current value, and one left behind could
+// be read as current once the primary is lost.
+func (m *splitting) dropOtherBank(ctx context.Context, k mechanism.Key, r *healed) (int, error) {
+	other := !mechanism.Banked(1, r.version)
+	w := r.width()
+	for j := range r.pieces {
+		w = max(w, (r.pieces[j].Dev-k.Primary+m.env.N())%m.env.N()+1)
+	}
+	var pieces []mechanism.Piece
+	if other {
+		pieces = m.env.ReadBankSpan(ctx, k, 1, w, r.pieces)
+	} else {
+		pieces = m.env.ReadSpan(ctx, k, 1, w, r.pieces)
+	}
+	var devs []int
+	for i := range pieces {
+		err := pieces[i].Err
+		// A stale piece (its device missed a write of this key) goes
+		// too: the delete that lands clears the record.
+		if err == nil || errors.Is(err, format.ErrCorrupt) || errors.Is(err, errForeign) ||
+			errors.Is(err, errMisplace) || errors.Is(err, errBank) || errors.Is(err, mechanism.ErrStale) {
+			devs = append(devs, pieces[i].Dev)
+		}
+	}
+	if len(devs) == 0 {
+		return 0, nil
+	}
+	key := k.Data()
+	if other {
+		key = k.Bank()
+	}
+	if err := m.env.Delete(ctx, key, devs, len(devs)); err != nil {
+		return 0, fmt.Errorf("drop the other bank's shards: %w", err)
+	}
+	return len(devs), nil
+}
+
+// Release implements mechanism.Mechanism. It removes the shards of both
+// banks: those of the other bank are what a store cut short left. The
+// primary's shard goes first, alone: once it is gone the value is, and a
+// release cut short leaves no primary's shard short of its other shards.
 func (m *splitting) Release(ctx context.Context, k mechanism.Key, prev *mechanism.Prev, keep int) error {
 	w := m.widthOf(&prev.Header)
-	if keep >= w {
+	// Degraded: a device that misses a delete is recorded, and its shard
+	// never serves again (see mechanism.Env.Do).
+	del := func(key []byte, from int) error {
+		if from >= w {
+			return nil
+		}
+		if err := m.env.Delete(ctx, key, m.env.Span(k, from, w), w); err != nil {
+			return fmt.Errorf("%s: release split %d of %q: %w", Name, k.Split, k.User, err)
+		}
 		return nil
 	}
-	// Degraded: a device that misses the delete is recorded, and its
-	// shard never serves again (see mechanism.Env.Do).
-	if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, keep, w), w); err != nil {
-		return fmt.Errorf("%s: release split %d of %q: %w", Name, k.Split, k.User, err)
+	if keep == 0 {
+		if err := m.env.Delete(ctx, k.Data(), m.env.Span(k, 0, 1), 1); err != nil {
+			return fmt.Errorf("%s: release split %d of %q: %w", Name, k.Split, k.User, err)
+		}
+		keep = 1
 	}
-	return nil
+	var bankErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		bankErr = del(k.Bank(), 1)
+	}()
+	err := del(k.Data(), keep)
+	wg.Wait()
+	return errors.Join(err, bankErr)
 }
 
 // healed is the outcome of heal: the chosen write, all of its shards, and
@@ -410,50 +562,93 @@ type healed struct {
 	header     format.Header
 	rewritten  int
 	rewriteErr error
+	// pieces read, both banks where both were read, and which of them
+	// hold a good shard of the chosen write.
+	pieces []mechanism.Piece
+	used   []bool
 }
 
 // Reasons a piece that was read and verified is still not used.
 var (
 	errForeign  = errors.New("not a well-formed splitting shard")
 	errMisplace = errors.New("shard on the wrong device")
+	errBank     = errors.New("shard under the other bank's key")
 	errStale    = errors.New("shard of another write")
 )
 
-// heal reads every shard of k (at least w devices from the primary, more
+// slot is one piece read for heal: the piece at offset off from the
+// primary, under the data key or the bank key.
+type slot struct {
+	off   int
+	shape shape
+	good  bool
+}
+
+// heal reads the shards of k (at least w devices from the primary, more
 // when a shard records a wider geometry; have is reused), chooses the
 // newest write with k good shards, reconstructs its missing shards and
-// rewrites them on the devices that answer.
+// rewrites them on the devices that answer. A good shard 0 on the primary
+// names the write: only its bank is read. Otherwise both banks are.
 func (m *splitting) heal(ctx context.Context, k mechanism.Key, have []mechanism.Piece, w int) (healed, error) {
 	w = min(max(w, m.k+m.r), m.env.N())
-	pieces := have
-	var shapes []shape
-	var good []bool
-	for {
-		pieces = m.env.ReadSpan(ctx, k, 0, w, pieces)
-		shapes, good = make([]shape, w), make([]bool, w)
-		next := w
-		for i := range pieces {
-			p := &pieces[i]
-			if !p.OK() {
-				continue
-			}
-			s, index, ok := m.parse(&p.Value)
-			switch {
-			case !ok:
-				p.Err = errForeign
-			case index != i:
-				p.Err = fmt.Errorf("%w: shard %d found at offset %d", errMisplace, index, i)
-			default:
-				shapes[i], good[i] = s, true
-				next = max(next, s.width())
-			}
+	banks := []bool{false, true}
+	primary := m.env.ReadSpan(ctx, k, 0, 1, have)
+	if p := &primary[0]; p.OK() {
+		if g, index, ok := m.parse(&p.Value); ok && index == 0 && (k.Want == 0 || g.version == k.Want) {
+			banks = []bool{mechanism.Banked(1, g.version)}
 		}
-		if next <= w {
-			break
-		}
-		w = next
 	}
-	g, ok := choose(k, shapes, good)
+	var pieces []mechanism.Piece
+	var slots []slot
+	// read reads the banks (past the primary) over [1, w), and again over
+	// a wider span while a good shard records a wider geometry.
+	read := func(banks []bool) {
+		for {
+			pieces = append(pieces[:0], primary...)
+			for _, bank := range banks {
+				if bank {
+					pieces = append(pieces, m.env.ReadBankSpan(ctx, k, 1, w, have)...)
+				} else {
+					pieces = append(pieces, m.env.ReadSpan(ctx, k, 1, w, have)...)
+				}
+			}
+			have = append(have, pieces...)
+			slots = make([]slot, len(pieces))
+			next := w
+			for j := range pieces {
+				p := &pieces[j]
+				off := (p.Dev - k.Primary + m.env.N()) % m.env.N()
+				slots[j].off = off
+				if !p.OK() {
+					continue
+				}
+				s, index, ok := m.parse(&p.Value)
+				switch {
+				case !ok:
+					p.Err = errForeign
+				case index != off:
+					p.Err = fmt.Errorf("%w: shard %d found at offset %d", errMisplace, index, off)
+				case mechanism.Banked(off, s.version) != p.Bank:
+					p.Err = fmt.Errorf("%w: version %d", errBank, s.version)
+				default:
+					slots[j].shape, slots[j].good = s, true
+					next = max(next, s.width())
+				}
+			}
+			if next <= w {
+				return
+			}
+			w = next
+		}
+	}
+	read(banks)
+	g, ok := choose(k, slots)
+	if !ok && len(banks) == 1 {
+		// The primary's write is not whole (a store cut short after its
+		// shard 0 landed): the value it replaced is in the other bank.
+		read([]bool{false, true})
+		g, ok = choose(k, slots)
+	}
 	if !ok {
 		if allNotFound(pieces) && k.Want == 0 {
 			return healed{}, fmt.Errorf("%s split %d of key %q: %w", Name, k.Split, k.User, device.ErrNotFound)
@@ -461,22 +656,34 @@ func (m *splitting) heal(ctx context.Context, k mechanism.Key, have []mechanism.
 		if err := ctx.Err(); err != nil {
 			return healed{}, fmt.Errorf("%s: retrieve split %d of %q: %w", Name, k.Split, k.User, err)
 		}
-		return healed{}, mechanism.Lost(k, Name, pieces, shortfall(k, pieces, shapes, good))
+		return healed{}, mechanism.Lost(k, Name, pieces, shortfall(k, pieces, slots))
 	}
 
 	codec, err := m.codecFor(g.ec, g.k, g.r)
 	if err != nil {
 		return healed{}, fmt.Errorf("%s: split %d of %q: %w", Name, k.Split, k.User, err)
 	}
-	r := healed{shape: g, shards: make([][]byte, g.width())}
+	r := healed{shape: g, shards: make([][]byte, g.width()), pieces: pieces, used: make([]bool, len(pieces))}
+	// failed[i]: the device at offset i reported itself failed.
+	failed := make([]bool, g.width())
+	for j := range slots {
+		sl := &slots[j]
+		if sl.off >= g.width() {
+			continue
+		}
+		if sl.good && sl.shape == g {
+			r.shards[sl.off], r.used[j] = pieces[j].Value.Payload, true
+			if r.header.RM == 0 {
+				r.header = pieces[j].Value.Header
+			}
+		}
+		if errors.Is(pieces[j].Err, device.ErrDeviceFailed) {
+			failed[sl.off] = true
+		}
+	}
 	var bad []int
 	for i := range r.shards {
-		if good[i] && shapes[i] == g {
-			r.shards[i] = pieces[i].Value.Payload
-			if r.header.RM == 0 {
-				r.header = pieces[i].Value.Header
-			}
-		} else {
+		if r.shards[i] == nil {
 			bad = append(bad, i)
 		}
 	}
@@ -492,40 +699,42 @@ func (m *splitting) heal(ctx context.Context, k mechanism.Key, have []mechanism.
 	if err := codec.Reconstruct(r.shards); err != nil {
 		return healed{}, fmt.Errorf("%s: reconstruct split %d of %q: %w", Name, k.Split, k.User, err)
 	}
-	r.rewritten, r.rewriteErr = m.rewrite(ctx, k, &g, r.shards, pieces, bad)
+	r.rewritten, r.rewriteErr = m.rewrite(ctx, k, &g, r.shards, failed, bad)
 	return r, nil
 }
 
 // choose returns the shape of the newest write with at least k good shards
 // in place. See the package invariants for why an older write only counts
 // within the width of the newest.
-func choose(k mechanism.Key, shapes []shape, good []bool) (shape, bool) {
-	usable := func(i int) bool { return good[i] && (k.Want == 0 || shapes[i].version == k.Want) }
+func choose(k mechanism.Key, slots []slot) (shape, bool) {
+	usable := func(sl *slot) bool { return sl.good && (k.Want == 0 || sl.shape.version == k.Want) }
 	var newest uint64
 	newestWidth := 0
-	for i := range shapes {
-		if !usable(i) {
+	for j := range slots {
+		sl := &slots[j]
+		if !usable(sl) {
 			continue
 		}
-		if v := shapes[i].version; v > newest {
-			newest, newestWidth = v, shapes[i].width()
+		if v := sl.shape.version; v > newest {
+			newest, newestWidth = v, sl.shape.width()
 		} else if v == newest {
-			newestWidth = max(newestWidth, shapes[i].width())
+			newestWidth = max(newestWidth, sl.shape.width())
 		}
 	}
 	var best shape
 	bestN, found := 0, false
-	for i := range shapes {
-		if !usable(i) {
+	for j := range slots {
+		if !usable(&slots[j]) {
 			continue
 		}
-		g := &shapes[i]
+		g := &slots[j].shape
 		if found && (g.version < best.version || *g == best) {
 			continue
 		}
+		// One shard per offset: a version's shard has one key there.
 		n := 0
-		for j := range shapes {
-			if good[j] && shapes[j] == *g && (g.version == newest || j < newestWidth) {
+		for i := range slots {
+			if slots[i].good && slots[i].shape == *g && (g.version == newest || slots[i].off < newestWidth) {
 				n++
 			}
 		}
@@ -536,28 +745,27 @@ func choose(k mechanism.Key, shapes []shape, good []bool) (shape, bool) {
 	return best, found
 }
 
-// rewrite stores shards[i] of g for each i in bad whose device answered,
-// and returns how many stores succeeded and why the others failed. A
-// failed rewrite leaves the shard for a later repair; it does not make the
-// read fail.
-func (m *splitting) rewrite(ctx context.Context, k mechanism.Key, g *shape, shards [][]byte, pieces []mechanism.Piece, bad []int) (int, error) {
+// rewrite stores shards[i] of g for each i in bad whose device did not
+// report itself failed, and returns how many stores succeeded and why the
+// others failed. A failed rewrite leaves the shard for a later repair; it
+// does not make the read fail.
+func (m *splitting) rewrite(ctx context.Context, k mechanism.Key, g *shape, shards [][]byte, failed []bool, bad []int) (int, error) {
 	if ctx.Err() != nil {
 		return 0, ctx.Err()
 	}
 	pl := format.HeaderLen + FieldsLen + g.shardSize
 	buf := make([]byte, 0, len(bad)*pl)
 	ops := make([]mechanism.Op, 0, len(bad))
-	key := k.Data()
 	var fields [FieldsLen]byte
 	for _, i := range bad {
-		if errors.Is(pieces[i].Err, device.ErrDeviceFailed) {
+		if failed[i] {
 			continue
 		}
 		h := g.header(&fields, i)
 		start := len(buf)
 		buf = format.Append(buf, &h, shards[i])
-		ops = append(ops, mechanism.Op{Dev: pieces[i].Dev,
-			Op: device.Op{Kind: device.OpStore, Key: key, Value: buf[start:len(buf):len(buf)]}})
+		ops = append(ops, mechanism.Op{Dev: m.env.Dev(k.Primary, i),
+			Op: device.Op{Kind: device.OpStore, Key: k.PieceKey(i, g.version), Value: buf[start:len(buf):len(buf)]}})
 	}
 	m.env.Do(ctx, ops)
 	n := 0
@@ -575,21 +783,21 @@ func (m *splitting) rewrite(ctx context.Context, k mechanism.Key, g *shape, shar
 // shortfall explains a loss: it marks the verified shards that are not of
 // the newest usable write as stale, so that the error lists every unusable
 // shard, and says how many good shards the newest write kept.
-func shortfall(k mechanism.Key, pieces []mechanism.Piece, shapes []shape, good []bool) string {
+func shortfall(k mechanism.Key, pieces []mechanism.Piece, slots []slot) string {
 	var newest *shape
-	for i := range shapes {
-		if good[i] && (k.Want == 0 || shapes[i].version == k.Want) && (newest == nil || shapes[i].version > newest.version) {
-			newest = &shapes[i]
+	for j := range slots {
+		if slots[j].good && (k.Want == 0 || slots[j].shape.version == k.Want) && (newest == nil || slots[j].shape.version > newest.version) {
+			newest = &slots[j].shape
 		}
 	}
 	n := 0
-	for i := range pieces {
+	for j := range pieces {
 		switch {
-		case !good[i]:
-		case newest != nil && shapes[i] == *newest:
+		case !slots[j].good:
+		case newest != nil && slots[j].shape == *newest:
 			n++
 		default:
-			pieces[i].Err = fmt.Errorf("%w: version %d", errStale, shapes[i].version)
+			pieces[j].Err = fmt.Errorf("%w: version %d", errStale, slots[j].shape.version)
 		}
 	}
 	if newest == nil {

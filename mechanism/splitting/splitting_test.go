@@ -82,9 +82,20 @@ func (g *rig) recover(k mechanism.Key, i int) {
 	g.env.SetState(d, mechanism.Healthy)
 }
 
-// raw returns what device offset i of k holds under the data key.
-func (g *rig) raw(k mechanism.Key, i int) ([]byte, error) {
-	return g.devs[g.env.Dev(k.Primary, i)].Retrieve(context.Background(), k.Data())
+// raw returns what device offset i of k holds under the key a write of
+// version v puts its piece i under (mechanism.Key.PieceKey).
+func (g *rig) raw(k mechanism.Key, i int, v uint64) ([]byte, error) {
+	return g.devs[g.env.Dev(k.Primary, i)].Retrieve(context.Background(), k.PieceKey(i, v))
+}
+
+// versionOf returns the version in the header of piece b.
+func versionOf(t testing.TB, b []byte) uint64 {
+	t.Helper()
+	v, err := format.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.Version
 }
 
 // expect returns the pieces a store of value at version writes.
@@ -105,7 +116,7 @@ func (g *rig) checkPieces(k mechanism.Key, want [][]byte, skip map[int]bool, wha
 		if skip[i] {
 			continue
 		}
-		got, err := g.raw(k, i)
+		got, err := g.raw(k, i, versionOf(g.t, want[i]))
 		if err != nil || !bytes.Equal(got, want[i]) {
 			g.t.Fatalf("%s: piece %d not as stored (err %v)", what, i, err)
 		}
@@ -142,7 +153,7 @@ func TestLayout(t *testing.T) {
 				size := codec.ShardSize(n)
 				var shards [][]byte
 				for i := 0; i < geo[0]+geo[1]; i++ {
-					b, err := g.raw(k, i)
+					b, err := g.raw(k, i, 42)
 					if err != nil {
 						t.Fatalf("piece %d: %v", i, err)
 					}
@@ -166,8 +177,10 @@ func TestLayout(t *testing.T) {
 					t.Fatalf("parity does not verify: %v", err)
 				}
 				if i := g.env.Dev(k.Primary, geo[0]+geo[1]); geo[0]+geo[1] < 7 {
-					if _, err := g.devs[i].Retrieve(context.Background(), k.Data()); !errors.Is(err, device.ErrNotFound) {
-						t.Fatalf("device past the span holds a piece: %v", err)
+					for _, key := range [][]byte{k.Data(), k.Bank()} {
+						if _, err := g.devs[i].Retrieve(context.Background(), key); !errors.Is(err, device.ErrNotFound) {
+							t.Fatalf("device past the span holds a piece: %v", err)
+						}
 					}
 				}
 			})
@@ -290,9 +303,12 @@ func (g *rig) inject(k mechanism.Key, faults []fault) {
 		case failed:
 			d.Fail()
 		case corrupt:
-			err = d.Corrupt(k.Data())
+			// The piece is under whichever key its version chose.
+			if err = d.Corrupt(k.Data()); errors.Is(err, device.ErrNotFound) {
+				err = d.Corrupt(k.Bank())
+			}
 		case missing:
-			err = d.Delete(context.Background(), k.Data())
+			err = errors.Join(d.Delete(context.Background(), k.Data()), d.Delete(context.Background(), k.Bank()))
 		}
 		if err != nil {
 			g.t.Fatal(err)
@@ -353,7 +369,7 @@ func TestFaults(t *testing.T) {
 			for i, f := range faults {
 				if f == corrupt || f == missing {
 					if dataBad {
-						if got, err := g.raw(k, i); err != nil || !bytes.Equal(got, want[i]) {
+						if got, err := g.raw(k, i, versionOf(t, want[i])); err != nil || !bytes.Equal(got, want[i]) {
 							t.Fatalf("%s: piece %d not repaired by the read: %v", what, i, err)
 						}
 					} else {
@@ -382,9 +398,10 @@ func TestFaults(t *testing.T) {
 	}
 }
 
-// staleRig stores a at version 1, then b at version 2 while the devices at
+// staleRig stores a at version 1, then b at version 5 while the devices at
 // the offsets in down are failed, and recovers them: they hold shards of
-// version 1 next to shards of version 2. With at most r down the store is
+// version 1 next to shards of version 5. Both versions are in the same
+// bank, as when a store does not know the value it replaces (in place). With at most r down the store is
 // a degraded write, acknowledged, and the stale shards are recorded (reads
 // see mechanism.ErrStale); with more it fails and records nothing.
 func staleRig(t *testing.T, a, b []byte, down ...int) (*rig, mechanism.Key) {
@@ -394,7 +411,7 @@ func staleRig(t *testing.T, a, b []byte, down ...int) (*rig, mechanism.Key) {
 	for _, i := range down {
 		g.devs[g.env.Dev(k.Primary, i)].Fail()
 	}
-	err := g.store(g.m, k, b, 2, nil)
+	err := g.store(g.m, k, b, 5, nil)
 	if len(down) <= 2 && err != nil {
 		t.Fatalf("degraded store with %d failed devices: %v", len(down), err)
 	}
@@ -414,17 +431,17 @@ func TestStaleShards(t *testing.T) {
 	t.Run("one stale data shard", func(t *testing.T) {
 		g, k := staleRig(t, a, b, 1)
 		got, h, err := g.retrieve(g.m, k)
-		if err != nil || !bytes.Equal(got, b) || h.Version != 2 {
+		if err != nil || !bytes.Equal(got, b) || h.Version != 5 {
 			t.Fatalf("got version %d, %v; want b", h.Version, err)
 		}
-		g.checkPieces(k, g.expect(g.m, b, 2), nil, "after retrieve")
+		g.checkPieces(k, g.expect(g.m, b, 5), nil, "after retrieve")
 	})
 	t.Run("two stale shards", func(t *testing.T) {
 		g, k := staleRig(t, a, b, 0, 4)
 		if got, _, err := g.retrieve(g.m, k); err != nil || !bytes.Equal(got, b) {
 			t.Fatalf("got %v; want b", err)
 		}
-		g.checkPieces(k, g.expect(g.m, b, 2), nil, "after retrieve")
+		g.checkPieces(k, g.expect(g.m, b, 5), nil, "after retrieve")
 	})
 	t.Run("stale plus corrupt", func(t *testing.T) {
 		g, k := staleRig(t, a, b, 1)
@@ -434,7 +451,7 @@ func TestStaleShards(t *testing.T) {
 		}
 	})
 	t.Run("stale never fills a gap", func(t *testing.T) {
-		// Version 2 keeps three shards: mixing in the stale one would
+		// Version 5 keeps three shards: mixing in the stale one would
 		// "reconstruct" bytes that were never written.
 		g, k := staleRig(t, a, b, 1)
 		g.inject(k, []fault{healthy, healthy, healthy, healthy, failed, missing})
@@ -449,13 +466,13 @@ func TestStaleShards(t *testing.T) {
 		if _, _, err := g.retrieve(g.m, k); !errors.Is(err, mechanism.ErrDataLoss) {
 			t.Fatalf("version 1 has one shard left: %v", err)
 		}
-		k.Want = 2
+		k.Want = 5
 		if got, _, err := g.retrieve(g.m, k); err != nil || !bytes.Equal(got, b) {
-			t.Fatalf("version 2: %v", err)
+			t.Fatalf("version 5: %v", err)
 		}
 	})
 	t.Run("unfinished write falls back", func(t *testing.T) {
-		// Version 2 reached two devices only: its store failed, and
+		// Version 5 reached two devices only: its store failed, and
 		// version 1, whole on four, is the value.
 		g, k := staleRig(t, a, b, 2, 3, 4, 5)
 		got, h, err := g.retrieve(g.m, k)
@@ -478,7 +495,7 @@ func TestWiderLeftovers(t *testing.T) {
 	if err := g.store(wide, k, a, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	g.mustStore(k, b, 2) // no prev: offsets 6 and 7 keep version 1
+	g.mustStore(k, b, 5) // no prev, same bank: offsets 6 and 7 keep version 1
 	if got, _, err := g.retrieve(g.m, k); err != nil || !bytes.Equal(got, b) {
 		t.Fatalf("got %v, want b", err)
 	}
@@ -522,7 +539,7 @@ func TestGeometryChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 6; i < 8; i++ {
-		if _, err := g.raw(k, i); !errors.Is(err, device.ErrNotFound) {
+		if _, err := g.raw(k, i, 1); !errors.Is(err, device.ErrNotFound) {
 			t.Fatalf("offset %d after narrowing: %v", i, err)
 		}
 	}
@@ -545,7 +562,7 @@ func TestRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 8; i++ {
-		_, err := g.raw(k, i)
+		_, err := g.raw(k, i, 1)
 		if kept := i < 2; kept != (err == nil) {
 			t.Fatalf("offset %d after release keeping 2: %v", i, err)
 		}
@@ -757,4 +774,150 @@ func BenchmarkFloorRead(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestOutOfPlace: an overwrite with a version of the other bank touches no
+// shard of the value it replaces but the primary's, so a store cut short
+// at any point leaves the old value or the new one readable, and repair
+// then drops the other bank.
+func TestOutOfPlace(t *testing.T) {
+	rng := newRand(t)
+	a, b := randomValue(rng, 3000), randomValue(rng, 3000)
+	const va, vb = 1, 2 // bank 0, bank 1
+	if mechanism.Banked(1, va) || !mechanism.Banked(1, vb) {
+		t.Fatal("test versions are not in different banks")
+	}
+	ctx := context.Background()
+	// cut writes b's pieces at the given offsets only, as a store of b
+	// cut short (by a crash) leaves them.
+	cut := func(g *rig, k mechanism.Key, offsets ...int) {
+		t.Helper()
+		want := g.expect(g.m, b, vb)
+		for _, i := range offsets {
+			if err := g.devs[g.env.Dev(k.Primary, i)].Store(ctx, k.PieceKey(i, vb), want[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		written []int // b's pieces that landed
+		want    []byte
+	}{
+		{"nothing landed", nil, a},
+		{"shard 0 only", []int{0}, a},
+		{"half of each", []int{0, 1, 2}, a},
+		{"all but shard 0", []int{1, 2, 3, 4, 5}, a},
+		{"k with shard 0", []int{0, 2, 4, 5}, b},
+		{"everything", []int{0, 1, 2, 3, 4, 5}, b},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newRig(t, 6, 4, 2, device.Limits{})
+			k := key(3)
+			g.mustStore(k, a, va)
+			cut(g, k, tc.written...)
+			got, h, err := g.retrieve(g.m, k)
+			if err != nil || !bytes.Equal(got, tc.want) {
+				t.Fatalf("got version %d, %v; want the value of %s", h.Version, err, map[bool]string{true: "a", false: "b"}[bytes.Equal(tc.want, a)])
+			}
+			if _, err := g.m.Repair(ctx, k, nil); err != nil {
+				t.Fatal(err)
+			}
+			v := uint64(va)
+			if bytes.Equal(tc.want, b) {
+				v = vb
+			}
+			g.checkPieces(k, g.expect(g.m, tc.want, v), nil, "after repair")
+			// Nothing of the other write is left past the primary.
+			for i := 1; i < 6; i++ {
+				if _, err := g.raw(k, i, v^mechanism.BankBit); !errors.Is(err, device.ErrNotFound) {
+					t.Fatalf("offset %d keeps the other bank's piece after repair: %v", i, err)
+				}
+			}
+			// And the value survives losing any two devices.
+			for x := 0; x < 6; x++ {
+				for y := x + 1; y < 6; y++ {
+					g.devs[g.env.Dev(k.Primary, x)].Fail()
+					g.devs[g.env.Dev(k.Primary, y)].Fail()
+					got, _, err := g.retrieve(g.m, k)
+					g.recover(k, x)
+					g.recover(k, y)
+					if err != nil || !bytes.Equal(got, tc.want) {
+						t.Fatalf("offsets %d and %d lost: %v", x, y, err)
+					}
+				}
+			}
+		})
+	}
+
+	t.Run("the primary lost, both banks whole", func(t *testing.T) {
+		// b's store landed everywhere but on the primary, which then
+		// failed: the newest whole write wins.
+		g := newRig(t, 6, 4, 2, device.Limits{})
+		k := key(3)
+		g.mustStore(k, a, va)
+		cut(g, k, 1, 2, 3, 4, 5)
+		g.devs[k.Primary].Fail()
+		if got, _, err := g.retrieve(g.m, k); err != nil || !bytes.Equal(got, b) {
+			t.Fatalf("got %v, want b", err)
+		}
+	})
+
+	t.Run("overwrite releases the old bank", func(t *testing.T) {
+		g := newRig(t, 6, 4, 2, device.Limits{})
+		k := key(3)
+		g.mustStore(k, a, va)
+		have := g.env.Read(ctx, k.Data(), []int{k.Primary})
+		if err := g.store(g.m, k, b, vb, &mechanism.Prev{Header: have[0].Value.Header}); err != nil {
+			t.Fatal(err)
+		}
+		g.checkPieces(k, g.expect(g.m, b, vb), nil, "after the overwrite")
+		for i := 1; i < 6; i++ {
+			if _, err := g.raw(k, i, va); !errors.Is(err, device.ErrNotFound) {
+				t.Fatalf("offset %d keeps a's shard: %v", i, err)
+			}
+		}
+		// Release removes both banks.
+		cut(g, k) // nothing
+		if err := g.devs[g.env.Dev(k.Primary, 1)].Store(ctx, k.Data(), g.expect(g.m, a, va)[1]); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.m.Release(ctx, k, &mechanism.Prev{Header: have[0].Value.Header}, 0); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 6; i++ {
+			for _, key := range [][]byte{k.Data(), k.Bank()} {
+				if _, err := g.devs[g.env.Dev(k.Primary, i)].Retrieve(ctx, key); !errors.Is(err, device.ErrNotFound) {
+					t.Fatalf("offset %d after release: %v", i, err)
+				}
+			}
+		}
+	})
+
+	t.Run("degraded overwrite writes the primary last", func(t *testing.T) {
+		// With r devices down the old value keeps k-1 shards past the
+		// primary: the primary's shard must be the last to change. A
+		// store whose other shards fail (a device fails under it, and
+		// comes back) leaves the primary alone.
+		g := newRig(t, 6, 4, 2, device.Limits{})
+		k := key(3)
+		g.mustStore(k, a, va)
+		g.devs[g.env.Dev(k.Primary, 4)].Fail()
+		g.devs[g.env.Dev(k.Primary, 5)].Fail()
+		g.env.SetState(g.env.Dev(k.Primary, 4), mechanism.Failed)
+		g.env.SetState(g.env.Dev(k.Primary, 5), mechanism.Failed)
+		g.devs[g.env.Dev(k.Primary, 3)].Fail() // fails under the store
+		have := g.env.Read(ctx, k.Data(), []int{k.Primary})
+		if err := g.store(g.m, k, b, vb, &mechanism.Prev{Header: have[0].Value.Header}); !errors.Is(err, device.ErrDeviceFailed) {
+			t.Fatalf("store with three devices down: %v", err)
+		}
+		if p, err := g.raw(k, 0, va); err != nil || !bytes.Equal(p, g.expect(g.m, a, va)[0]) {
+			t.Fatalf("the primary's shard changed: %v", err)
+		}
+		// The third device comes back with a's shard: a has k again.
+		g.recover(k, 3)
+		if got, _, err := g.retrieve(g.m, k); err != nil || !bytes.Equal(got, a) {
+			t.Fatalf("got %v, want a", err)
+		}
+	})
 }

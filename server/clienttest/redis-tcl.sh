@@ -3,7 +3,9 @@
 # transactions, SCAN, the protocol and INFO against `kvarray serve` (a
 # fresh array per unit), with no shim. tcl/skip.txt lists the tests that
 # need another data type or a config kvarray does not have (they would
-# raise an exception and stop their unit); tcl/expected-failures.txt lists
+# raise an exception and stop their unit); tcl/alone.txt the tests that
+# need a fresh server because a skipped test would have cleaned up before
+# them (they run on their own); tcl/expected-failures.txt lists
 # the failures docs/compatibility.md explains. Any other failure fails this
 # script. Usage, from the repository root:
 #   server/clienttest/redis-tcl.sh REDIS_SOURCE_DIR
@@ -22,17 +24,29 @@ for b in redis-server redis-cli redis-benchmark; do
 done
 pid=
 failed=()
-for unit in unit/type/string unit/type/incr unit/keyspace unit/expire unit/multi unit/scan unit/protocol unit/info-command; do
+# run UNIT [RUNTEST ARGS...]: a fresh `kvarray serve`, then the unit.
+run() {
+	local unit=$1
+	shift
+	local d port base out passed
 	d=$(mktemp -d -p "$work")
 	port=$((21000 + RANDOM % 20000))
 	(cd "$d" && exec "$work/kvarray" serve --listen 127.0.0.1:$port >serve.log 2>&1) &
 	pid=$!
 	for _ in $(seq 1 150); do redis-cli -p $port ping 2>/dev/null | grep -q PONG && break; sleep 0.2; done
-	out=$(cd "$src" && ./runtest --host 127.0.0.1 --port $port --single $unit \
-		--tags -needs:repl --tags -needs:debug --tags -needs:config-maxmemory \
-		--skipfile "$here/tcl/skip.txt" 2>&1 | sed 's/\x1b\[[0-9;]*m//g')
+	# The test server's own ports, away from the server's and from another
+	# run's (runtest's default base is fixed); it also needs each port
+	# plus 10000 free, so below 55535.
+	base=$((42000 + RANDOM % 10000))
+	out=$(cd "$src" && ./runtest --host 127.0.0.1 --port $port --baseport $base --single $unit \
+		--tags -needs:repl --tags -needs:debug --tags -needs:config-maxmemory "$@" 2>&1 | sed 's/\x1b\[[0-9;]*m//g')
 	kill $pid; wait $pid 2>/dev/null
-	echo "$unit: $(grep -c '^\[ok\]' <<<"$out") passed, $(grep -c '^\[err\]' <<<"$out") failed, $(grep -c '^\[skip\]' <<<"$out") skipped"
+	passed=$(grep -c '^\[ok\]' <<<"$out")
+	echo "$unit${label:+ ($label)}: $passed passed, $(grep -c '^\[err\]' <<<"$out") failed, $(grep -c '^\[skip\]' <<<"$out") skipped"
+	if [ "$passed" = 0 ]; then
+		echo "$out" | tail -n 15
+		failed+=("$unit: no test ran")
+	fi
 	if grep -q '^\[exception\]' <<<"$out"; then
 		echo "$out" | grep -A20 '^\[exception\]'
 		failed+=("$unit: exception")
@@ -40,7 +54,21 @@ for unit in unit/type/string unit/type/incr unit/keyspace unit/expire unit/multi
 	while IFS= read -r name; do
 		grep -qxF "$name" "$here/tcl/expected-failures.txt" || { echo "$out" | grep -A3 -F "[err]: $name in"; failed+=("$unit: $name"); }
 	done < <(grep '^\[err\]' <<<"$out" | sed 's/^\[err\]: //; s/ in tests\/.*//')
+}
+# UNITS, if set, runs only those units.
+for unit in ${UNITS:-unit/type/string unit/type/incr unit/keyspace unit/expire unit/multi unit/scan unit/protocol unit/info-command}; do
+	label= run $unit --skipfile "$here/tcl/skip.txt"
 done
+# tcl/alone.txt: "unit|test|test..." for tests that pass only on the
+# state a skipped test would have left (skip.txt lists them too): they run
+# together, in order, on a fresh server.
+while IFS='|' read -r -a line; do
+	unit=${line[0]}
+	[ -z "${UNITS:-}" ] || [[ " $UNITS " == *" $unit "* ]] || continue
+	only=()
+	for name in "${line[@]:1}"; do only+=(--only "$name"); done
+	label="alone: ${line[*]:1}" run "$unit" "${only[@]}"
+done <"$here/tcl/alone.txt"
 if [ ${#failed[@]} -gt 0 ]; then
 	printf 'unexpected failure: %s\n' "${failed[@]}"
 	exit 1

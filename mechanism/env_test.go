@@ -1,0 +1,63 @@
+package mechanism_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/device/mem"
+	"github.com/kvarray/kvarray/mechanism"
+)
+
+// held is a device whose batches wait for release, then fail as a device
+// that was closed under them does.
+type held struct {
+	device.Device
+	started, release chan struct{}
+}
+
+func (h *held) Batch(ctx context.Context, ops []device.Op) error {
+	close(h.started)
+	<-h.release
+	for i := range ops {
+		ops[i].Err = device.ErrDeviceFailed
+	}
+	return device.ErrDeviceFailed
+}
+
+// TestReplacedDeviceFailingMarksNothing: the ops still running on a device
+// that an online replace swapped out fail (it is closed), and that must
+// not mark its successor failed: the replace would then find the new
+// device refused, and the rebuild could not start.
+func TestReplacedDeviceFailingMarksNothing(t *testing.T) {
+	old := &held{Device: mem.New(), started: make(chan struct{}), release: make(chan struct{})}
+	env := mechanism.NewEnv([]device.Device{old, mem.New()}, []string{"old", "other"}, device.Limits{})
+	done := make(chan struct{})
+	ops := []mechanism.Op{{Dev: 0, Op: device.Op{Kind: device.OpRetrieve, Key: []byte("k\x00\x00\x00")}}}
+	go func() {
+		defer close(done)
+		env.Do(context.Background(), ops)
+	}()
+	<-old.started
+	env.SetDevice(0, mem.New())
+	close(old.release)
+	<-done
+	if st := env.State(0); st != mechanism.Healthy {
+		t.Fatalf("the new device 0 is %v after its predecessor's op failed", st)
+	}
+
+	// The same failure on the device in place marks it.
+	_, gen := env.DeviceGen(0)
+	env.MarkFailed(0, gen)
+	if st := env.State(0); st != mechanism.Failed {
+		t.Fatalf("device 0 is %v after a failure of its own", st)
+	}
+	// And an older generation's does not.
+	env.SetState(1, mechanism.Healthy)
+	_, g1 := env.DeviceGen(1)
+	env.SetDevice(1, mem.New())
+	env.MarkFailed(1, g1)
+	if st := env.State(1); st != mechanism.Healthy {
+		t.Fatalf("device 1 is %v after its predecessor's failure", st)
+	}
+}
