@@ -246,6 +246,12 @@ func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (Rebuild
 	if a.env.State(i) != mechanism.Rebuilding {
 		return rep, fmt.Errorf("rebuild device %d (%s): it is %v, not being rebuilt (replace it first)", i, rep.Name, a.env.State(i))
 	}
+	// A device that was being rebuilt when it failed comes back with the
+	// record copies it held then: those whose deletion it missed must go
+	// before they are read as records again (at the next open).
+	if err := a.env.CatchUpRecords(ctx, i); err != nil {
+		return rep, fmt.Errorf("rebuild device %d (%s): delete the records it holds that were cleared: %w", i, rep.Name, err)
+	}
 	done, skipped := a.checkpoint(ctx, i)
 	// Writes to i from here on are tracked: a key written since the scan
 	// began is restored from what the devices hold then, not from what

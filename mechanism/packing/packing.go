@@ -801,6 +801,9 @@ func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mech
 			pf.members[i] = mb
 		}
 	}
+	if err := m.patchable(&pf, f.slot); err != nil {
+		return true, fmt.Errorf("packing: update split %d of %q in set %x: %w", k.Split, k.User, f.set, err)
+	}
 	pv := m.ids.Next()
 	if err := m.markUnpatched(ctx, &pf, newPar); err != nil {
 		return true, fmt.Errorf("packing: update split %d of %q in set %x: %w", k.Split, k.User, f.set, err)
@@ -821,6 +824,38 @@ func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mech
 }
 
 func setLockKey(id uint64) []byte { return setKey(id) }
+
+// patchable returns an error wrapping device.ErrDeviceFailed when patching
+// the parities of set pf in place (for the member at slot, which is
+// rewritten or leaves) would leave more than r of its pieces bad: the
+// other members whose device is impaired or missed their write (their
+// value then lives in the parities alone) and the parities whose device
+// is impaired, which miss the patch. Patched, the parities that land
+// would no longer match the stale ones, and those members' values would be
+// lost; refused before anything is written, the store fails and the set
+// keeps every value it had. With at most r devices impaired it never
+// refuses.
+func (m *Mechanism) patchable(pf *parityFields, slot int) error {
+	bad := 0
+	for i := range pf.members {
+		mb := &pf.members[i]
+		if mb.slot == slot {
+			continue
+		}
+		if m.env.State(mb.dev) != mechanism.Healthy || m.env.Missing(mb.dev, format.Key(mb.key, mb.split, format.KindData)) {
+			bad++
+		}
+	}
+	for _, d := range pf.parity {
+		if m.env.State(d) != mechanism.Healthy {
+			bad++
+		}
+	}
+	if bad > m.r {
+		return fmt.Errorf("%d of its pieces would be bad after the patch, %d tolerated: %w", bad, m.r, device.ErrDeviceFailed)
+	}
+	return nil
+}
 
 // delta returns the parities good of the set after the member at f.slot
 // changes from old to new, computed from those parities alone (nil for
@@ -915,6 +950,9 @@ func (m *Mechanism) detachFrom(ctx context.Context, k mechanism.Key, f memberFie
 		}
 		_, err = m.rewriteBad(ctx, st, nil)
 		return err
+	}
+	if err := m.patchable(&pf, f.slot); err != nil {
+		return fmt.Errorf("packing: remove split %d of %q from set %x: %w", k.Split, k.User, f.set, err)
 	}
 	pf.members = slices.DeleteFunc(slices.Clone(pf.members), func(mb member) bool { return mb.slot == f.slot })
 	var ops []mechanism.Op
