@@ -306,21 +306,36 @@ func (c *call) arityError(name string) {
 
 func (c *call) ok() { c.w.WriteString("OK") }
 
-// serveRESP is redcon's handler: it looks the command up and runs it.
+// serveRESP is redcon's handler: it looks the command up and runs it, or,
+// at the head of a pipeline of single-key commands, runs the pipeline
+// (pipeline.go).
 func (s *Server) serveRESP(rc redcon.Conn, cmd redcon.Command) {
 	cl, _ := rc.Context().(*conn)
 	if cl == nil || cl.quit || len(cmd.Args) == 0 {
 		return
 	}
+	if s.pipeline(rc, cl, cmd) {
+		return
+	}
+	s.serveOne(rc, cl, cmd, nil)
+}
+
+// serveOne runs one command. Its reply goes to the connection, or into
+// out when given: a command of a concurrent run (pipeline.go), which
+// runs on its own goroutine and must not touch rc.
+func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *respWriter) {
 	s.stats.commands.Add(1)
 	cl.last.Store(time.Now().UnixNano())
-	w := &respWriter{rc: rc, proto: cl.proto, unsent: &cl.unsent}
-	switch cl.replyMode {
-	case replyOff:
-		w.rc = nil // collected and dropped
-	case replySkip:
-		w.rc = nil
-		cl.replyMode = replyOn
+	w := out
+	if w == nil {
+		w = &respWriter{rc: rc, proto: cl.proto, unsent: &cl.unsent}
+		switch cl.replyMode {
+		case replyOff:
+			w.rc = nil // collected and dropped
+		case replySkip:
+			w.rc = nil
+			cl.replyMode = replyOn
+		}
 	}
 	c := &call{s: s, rc: rc, cl: cl, args: cmd.Args, ctx: s.ctx, w: w}
 	for _, a := range cmd.Args {
@@ -364,6 +379,10 @@ func (s *Server) serveRESP(rc redcon.Conn, cmd redcon.Command) {
 			// cannot go on. Other connections are not affected.
 			s.o.errorLog.Printf("kvarray server: panic in %s from %s: %v\n%s", e.name, cl.addr, r, debug.Stack())
 			c.error(fmt.Sprintf("ERR internal error in '%s' (logged); closing the connection", e.name))
+			if out != nil {
+				out.fatal = true // the run closes the connection after this reply
+				return
+			}
 			rc.ReadPipeline()
 			cl.quit = true
 			rc.Close()

@@ -71,6 +71,13 @@ func startServer(t *testing.T, yaml string, opts ...Option) *testServer {
 		yaml = memHybrid
 	}
 	a, devs := openArray(t, yaml)
+	return serveArray(t, a, devs, opts...)
+}
+
+// serveArray serves a, whose devices are devs, with opts; the cleanup
+// shuts the server down and closes the array.
+func serveArray(t *testing.T, a *array.Array, devs []device.Device, opts ...Option) *testServer {
+	t.Helper()
 	srv := New(a, append([]Option{WithDevices(devs)}, opts...)...)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -27,6 +27,9 @@ type respWriter struct {
 	scratch []byte
 	proto   int  // 2 or 3
 	unsent  *int // bytes written through and not yet flushed, per connection
+	// fatal: the handler panicked (a concurrent run's command): the
+	// connection is closed once this reply is sent.
+	fatal bool
 }
 
 // flushAt is how many bytes of replies a connection holds before they are

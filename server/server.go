@@ -22,8 +22,10 @@
 //   - Keys are 1 to keyspace's limit (241 bytes with default device
 //     limits: the array's 252 less the expiry index's 11); the empty key
 //     and longer keys are errors, not absent keys.
-//   - A connection runs its commands one after the other, in order, like
-//     Redis; different connections run concurrently. Every write holds
+//   - A connection's replies come in order, and its commands on one key
+//     run in order; pipelined single-key commands of different keys run
+//     concurrently (pipeline.go), every other command is a barrier;
+//     different connections run concurrently. Every write holds
 //     the per-key locks of its keys (in byte order, so multi-key commands
 //     cannot deadlock): read-modify-write commands (SET NX/XX/GET, INCR,
 //     APPEND, SETRANGE, SETBIT, EXPIRE…) are atomic per key among the

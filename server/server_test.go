@@ -609,7 +609,9 @@ func TestMaxValue(t *testing.T) {
 // Shutdown is called complete and their replies arrive; then the
 // connection closes, and new connections are refused.
 func TestShutdownWaitsForInFlight(t *testing.T) {
-	slow := memHybrid + "device: {perf: {latency: 5ms}}\n"
+	// A connection's pipelined SETs run concurrently (pipeline.go): each
+	// takes a read and a write, at least 100 ms.
+	slow := memHybrid + "device: {perf: {latency: 50ms}}\n"
 	ts := startServer(t, slow)
 	const n = 16
 	conns := make([]*rawConn, 4)

@@ -2,10 +2,11 @@
 // by one Pebble database in one directory, for `pebble:` devices.
 //
 // Durability: a write is acknowledged only once it is durable. Every Store
-// and Delete commits with pebble.Sync, and all the writes of one Batch call
-// go into one pebble.Batch committed with pebble.Sync, so a whole batch
-// costs one fsync. Concurrent synced commits are group-committed by Pebble,
-// so many writers share fsyncs rather than queueing one each.
+// and Delete, and all the writes of one Batch call, are committed with
+// pebble.Sync. Concurrent writes are group-committed (commit.go): the
+// writes of every caller that arrive while a commit runs go into the next
+// one, one pebble.Batch and one fsync per device, so many writers share
+// commits rather than queueing one each.
 //
 // Invariants:
 //   - Open never creates a database unless WithCreate(true) is given: a
@@ -81,6 +82,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/internal/workers"
 )
 
 // Option configures Open.
@@ -137,6 +139,9 @@ type Device struct {
 	sampledAt atomic.Int64 // unix nanoseconds of the last sample
 	sampling  sync.Mutex
 	unflushed atomic.Int64 // stores less deletes since the last flush
+
+	// queue merges concurrent writes into one synced commit (commit.go).
+	queue committer
 
 	// running counts the goroutines the watchdog started that have not
 	// returned from Pebble: the database is closed only when none is left.
@@ -289,10 +294,10 @@ func (d *Device) call(ctx context.Context, write bool, fn func() error) error {
 	}
 	done := make(chan error, 1)
 	d.running.Add(1)
-	go func() {
+	workers.Go(func() {
 		defer d.running.Add(-1)
 		done <- fn()
-	}()
+	})
 	var full chan struct{} // nil, never ready, for reads
 	if write {
 		full = d.h.full
@@ -462,14 +467,6 @@ func (d *Device) admit(ctx context.Context, n int64) error {
 		return fmt.Errorf("about %d of %d bytes used on disk, %d more needed: %w", u-n, d.capacity, n, device.ErrNoSpace)
 	}
 	return nil
-}
-
-// commit commits b, synced, under the watchdog, and releases it.
-func (d *Device) commit(ctx context.Context, b *pdb.Batch) error {
-	return classify(d.call(ctx, true, func() error {
-		defer b.Close()
-		return b.Commit(pdb.Sync)
-	}))
 }
 
 // lookup reads key; the value is copied only when want is set (then it is

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The serve write path against durable Redis (issue 10): the issue's
+# redis-benchmark loads, run against `kvarray serve` on its default
+# embedded array (6 Pebble devices, hybrid) and against `redis-server
+# --appendonly yes --appendfsync always` (as durable per write), in the
+# same run, alternating (kvarray, redis, kvarray, redis). For each load it
+# prints both rates, the ratio (median of the two rounds), the CPU time
+# each server used per operation (utime+stime from /proc) and, for SETs,
+# the bytes each server had written to disk per SET (write_bytes from
+# /proc/PID/io: what reached the block layer, so WAL, tables and
+# compactions for kvarray, the AOF for Redis; compactions still running
+# when a load ends are counted in the next one).
+#
+# Usage: bash bench/serve.sh            (from the repository root)
+#        KVARRAY_BIN=/path/kvarray bash bench/serve.sh   (a prebuilt binary,
+#        e.g. an older commit's, to compare before and after)
+#        LOADS="set 4096 16 1 20000" bash bench/serve.sh (selected loads:
+#        test size clients pipeline requests, ';'-separated)
+# Needs redis-server and redis-benchmark. Takes about 3 minutes.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d)
+kpid=""
+rpid=""
+trap 'kill $kpid $rpid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+bin=${KVARRAY_BIN:-}
+if [ -z "$bin" ]; then
+  bin=$work/kvarray
+  (cd "$root" && go build -o "$bin" ./cmd/kvarray)
+fi
+kport=$((20000 + RANDOM % 20000))
+rport=$((kport + 1))
+mkdir -p "$work/kv" "$work/redis"
+(cd "$work/kv" && exec "$bin" serve --listen 127.0.0.1:$kport >serve.log 2>&1) &
+kpid=$!
+redis-server --port $rport --bind 127.0.0.1 --dir "$work/redis" --appendonly yes --appendfsync always \
+  --save '' >"$work/redis/log" 2>&1 &
+rpid=$!
+for p in $kport $rport; do
+  for _ in $(seq 1 150); do
+    redis-cli -p $p ping 2>/dev/null | grep -q PONG && break
+    sleep 0.2
+  done
+done
+
+# cpu PID: utime+stime in clock ticks; wbytes PID: bytes written to disk.
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+wbytes() { awk '/^write_bytes/ {print $2}' "/proc/$1/io"; }
+ticks=$(getconf CLK_TCK)
+
+# run PORT PID test size clients pipeline n: prints "rps cpu_ms_per_op disk_bytes_per_op"
+run() {
+  local port=$1 pid=$2 t=$3 d=$4 c=$5 p=$6 n=$7
+  sync
+  local c0 w0 rps c1 w1
+  c0=$(cpu "$pid")
+  w0=$(wbytes "$pid")
+  rps=$(redis-benchmark -p "$port" -t "$t" -d "$d" -c "$c" -P "$p" -n "$n" -r 100000 --csv 2>/dev/null |
+    grep -v '^"test"' | head -n 1 | cut -d, -f2 | tr -d '"')
+  c1=$(cpu "$pid")
+  w1=$(wbytes "$pid")
+  python3 -c "print($rps, ($c1-$c0)*1000/$ticks/$n, ($w1-$w0)/$n)"
+}
+
+loads=${LOADS:-"set 4096 16 1 20000; set 4096 50 16 50000; get 4096 16 1 50000; set 65536 16 1 3000"}
+printf '%-22s %10s %10s %6s %10s %10s %11s %11s\n' LOAD KVARRAY/S REDIS/S RATIO KV_CPU/OP RD_CPU/OP KV_DISK/OP RD_DISK/OP
+IFS=';' read -ra list <<<"$loads"
+for load in "${list[@]}"; do
+  set -- $load
+  k1=$(run $kport $kpid "$@")
+  r1=$(run $rport $rpid "$@")
+  k2=$(run $kport $kpid "$@")
+  r2=$(run $rport $rpid "$@")
+  python3 - "$1 $2B c$3 P$4" "$k1" "$r1" "$k2" "$r2" <<'PY'
+import sys, statistics as st
+name = sys.argv[1]
+k1, r1, k2, r2 = ([float(x) for x in a.split()] for a in sys.argv[2:6])
+ratio = st.median([k1[0] / r1[0], k2[0] / r2[0]])
+mean = lambda i, a, b: (a[i] + b[i]) / 2
+print(f"{name:<22} {mean(0,k1,k2):10.0f} {mean(0,r1,r2):10.0f} {ratio:5.2f}x "
+      f"{mean(1,k1,k2):8.3f}ms {mean(1,r1,r2):8.3f}ms {mean(2,k1,k2)/1e3:9.1f}KB {mean(2,r1,r2)/1e3:9.1f}KB")
+PY
+done
