@@ -117,6 +117,23 @@ type expiryOpt struct {
 	at   int64  // absolute Unix ms for EX..PXAT
 }
 
+// expiryArg parses the time that follows option opt (EX, PX, EXAT, PXAT)
+// at c.args[*i], moving *i onto it. When it is missing or bad it answers
+// the error and returns false.
+func (c *call) expiryArg(opt string, i *int, cmd string) (int64, bool) {
+	if *i+1 >= len(c.args) {
+		c.syntaxError()
+		return 0, false
+	}
+	*i++
+	at, msg := parseExpiry(opt, c.args[*i], cmd)
+	if msg != "" {
+		c.error(msg)
+		return 0, false
+	}
+	return at, true
+}
+
 // parseExpiry parses the number after EX/PX/EXAT/PXAT into an absolute
 // expire-at, with Redis's error for cmd.
 func parseExpiry(kind string, arg []byte, cmd string) (int64, string) {
@@ -177,14 +194,8 @@ func cmdSet(c *call) {
 			}
 			exp.kind = opt
 			if opt != "KEEPTTL" {
-				if i+1 >= len(c.args) {
-					c.syntaxError()
-					return
-				}
-				i++
-				at, msg := parseExpiry(opt, c.args[i], "set")
-				if msg != "" {
-					c.error(msg)
+				at, ok := c.expiryArg(opt, &i, "set")
+				if !ok {
 					return
 				}
 				exp.at = at
@@ -262,14 +273,8 @@ func cmdGetEx(c *call) {
 		switch opt {
 		case "PERSIST":
 		case "EX", "PX", "EXAT", "PXAT":
-			if i+1 >= len(c.args) {
-				c.syntaxError()
-				return
-			}
-			i++
-			at, msg := parseExpiry(opt, c.args[i], "getex")
-			if msg != "" {
-				c.error(msg)
+			at, ok := c.expiryArg(opt, &i, "getex")
+			if !ok {
 				return
 			}
 			exp.at = at
