@@ -316,8 +316,18 @@ func TestRemovedDir(t *testing.T) {
 		}()
 	}
 	time.Sleep(200 * time.Millisecond)
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
+	// The writers keep creating files while the tree goes, so one
+	// RemoveAll can meet a directory that is not empty: repeat it, as a
+	// user repeats rm -rf.
+	for tries := 0; ; tries++ {
+		err := os.RemoveAll(dir)
+		if err == nil {
+			break
+		}
+		if tries == 50 {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for d.h.err() == nil && time.Now().Before(deadline) {
