@@ -29,11 +29,24 @@ run() {
 	local unit=$1
 	shift
 	local d port base out passed
-	d=$(mktemp -d -p "$work")
-	port=$((21000 + RANDOM % 20000))
-	(cd "$d" && exec "$work/kvarray" serve --listen 127.0.0.1:$port >serve.log 2>&1) &
-	pid=$!
-	for _ in $(seq 1 150); do redis-cli -p $port ping 2>/dev/null | grep -q PONG && break; sleep 0.2; done
+	# A random port can be taken: a server that does not answer is shown
+	# and replaced by one on another port.
+	local up=
+	for _ in 1 2 3; do
+		d=$(mktemp -d -p "$work")
+		port=$((21000 + RANDOM % 20000))
+		(cd "$d" && exec "$work/kvarray" serve --listen 127.0.0.1:$port >serve.log 2>&1) &
+		pid=$!
+		for _ in $(seq 1 150); do
+			redis-cli -p $port ping 2>/dev/null | grep -q PONG && { up=1; break; }
+			kill -0 $pid 2>/dev/null || break
+			sleep 0.2
+		done
+		[ -n "$up" ] && break
+		echo "kvarray serve on port $port did not answer PING; its log:"
+		tail -n 20 "$d/serve.log"
+		kill $pid 2>/dev/null; wait $pid 2>/dev/null
+	done
 	# The test server's own ports, away from the server's and from another
 	# run's (runtest's default base is fixed); it also needs each port
 	# plus 10000 free, so below 55535.
