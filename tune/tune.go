@@ -178,6 +178,7 @@ func Choose(rep *bench.Report, o Options) (*Plan, error) {
 	}
 
 	var errs []error
+	var short []string // the classes where the floors are unreachable
 	for i, size := range sizeList {
 		c := Class{Size: size, SizeLabel: humanize.IBytes(uint64(size)), Min: 1}
 		if i > 0 {
@@ -221,12 +222,15 @@ func Choose(rep *bench.Report, o Options) (*Plan, error) {
 		if len(c.Candidates) == 0 {
 			errs = append(errs, fmt.Errorf("%w: size class %s: no mechanism was measured in every workload of %s", ErrNoResults, c.SizeLabel, strings.Join(p.Workloads, ", ")))
 		} else if best := choose(c.Candidates); best < 0 {
-			errs = append(errs, unreachable(c, o))
+			short = append(short, unreachable(c, o))
 		} else {
 			c.Candidates[best].Chosen = true
 			c.Chosen = c.Candidates[best].Mechanism
 		}
 		p.Classes = append(p.Classes, c)
+	}
+	if len(short) > 0 {
+		errs = append(errs, fmt.Errorf("%w: %s", ErrUnreachable, strings.Join(short, "; ")))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -253,7 +257,7 @@ func choose(cs []Candidate) int {
 
 // unreachable describes a class where no candidate meets the floors: the
 // highest ops/s and MiB/s available there, and from which mechanism.
-func unreachable(c Class, o Options) error {
+func unreachable(c Class, o Options) string {
 	var ops, mib Candidate
 	for _, cand := range c.Candidates {
 		if cand.OpsPerSec > ops.OpsPerSec {
@@ -272,8 +276,8 @@ func unreachable(c Class, o Options) error {
 		floors = append(floors, fmt.Sprintf("%g MiB/s", o.MinMiBs))
 		best = append(best, fmt.Sprintf("%.1f MiB/s (%s, slowest in %s)", mib.MiBPerSec, mib.Mechanism, mib.MiBLimit))
 	}
-	return fmt.Errorf("%w: size class %s (%s): no mechanism reaches %s; the best available is %s",
-		ErrUnreachable, c.SizeLabel, c.Range(), strings.Join(floors, " and "), strings.Join(best, " and "))
+	return fmt.Sprintf("size class %s (%s): no mechanism reaches %s, the best available is %s",
+		c.SizeLabel, c.Range(), strings.Join(floors, " and "), strings.Join(best, " and "))
 }
 
 // boundary is the largest value size that belongs with the smaller of two

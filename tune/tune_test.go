@@ -194,17 +194,17 @@ func TestChooseUnreachable(t *testing.T) {
 	}
 	msg := err.Error()
 	for _, want := range []string{
-		"size class 64 B (1 B–256 B): no mechanism reaches 8000 ops/s; the best available is 7300 ops/s (replication, slowest in delete)",
-		"size class 16 KiB (4.0 KiB–64 KiB): no mechanism reaches 8000 ops/s; the best available is 7100 ops/s (replication, slowest in delete)",
-		"size class 256 KiB (≥ 64 KiB): no mechanism reaches 8000 ops/s; the best available is 4100 ops/s (splitting, slowest in update)",
-		"size class 1.0 KiB (257 B–4.0 KiB): no mechanism reaches 8000 ops/s; the best available is 7300 ops/s (replication, slowest in delete)",
+		"size class 64 B (1 B–256 B): no mechanism reaches 8000 ops/s, the best available is 7300 ops/s (replication, slowest in delete)",
+		"size class 16 KiB (4.0 KiB–64 KiB): no mechanism reaches 8000 ops/s, the best available is 7100 ops/s (replication, slowest in delete)",
+		"size class 256 KiB (≥ 64 KiB): no mechanism reaches 8000 ops/s, the best available is 4100 ops/s (splitting, slowest in update)",
+		"size class 1.0 KiB (257 B–4.0 KiB): no mechanism reaches 8000 ops/s, the best available is 7300 ops/s (replication, slowest in delete)",
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error lacks %q:\n%s", want, msg)
 		}
 	}
 	_, err = Choose(synthetic(known), Options{MinMiBs: 200, Workloads: []string{"retrieve"}})
-	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "size class 1.0 KiB (257 B–4.0 KiB): no mechanism reaches 200 MiB/s; the best available is 28.3 MiB/s (packing, slowest in retrieve)") {
+	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "size class 1.0 KiB (257 B–4.0 KiB): no mechanism reaches 200 MiB/s, the best available is 28.3 MiB/s (packing, slowest in retrieve)") {
 		t.Errorf("MiB/s floor: %v", err)
 	}
 	if _, err := Choose(synthetic(known), Options{Workloads: []string{"mixed-store"}}); !errors.Is(err, ErrNoResults) {

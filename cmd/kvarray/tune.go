@@ -1,0 +1,548 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
+
+	"github.com/kvarray/kvarray/bench"
+	"github.com/kvarray/kvarray/config"
+	"github.com/kvarray/kvarray/mechanism/packing"
+	"github.com/kvarray/kvarray/mechanism/replication"
+	"github.com/kvarray/kvarray/mechanism/splitting"
+	"github.com/kvarray/kvarray/reliability"
+	"github.com/kvarray/kvarray/tune"
+)
+
+// tuneReport is what tune --json prints.
+type tuneReport struct {
+	// Source is the bench report file, or "bench run" when tune ran it.
+	Source  string       `json:"source"`
+	Devices string       `json:"devices"`
+	Floors  tune.Options `json:"floors"`
+	Plan    *tune.Plan   `json:"plan"`
+	// Thresholds are the rules as bench --thresholds takes them.
+	Thresholds string     `json:"thresholds"`
+	MTTDL      tuneMTTDL  `json:"mttdl"`
+	Config     tuneConfig `json:"config"`
+	Notes      []string   `json:"notes,omitempty"`
+}
+
+// tuneMTTDL is the predicted MTTDL of the chosen mix: each class's chosen
+// mechanism holds the class's share of the device bytes, and the array's
+// rate of data loss is the sum of the classes'.
+type tuneMTTDL struct {
+	Inputs     mttdlInputs     `json:"inputs"`
+	Classes    []tuneClassLoss `json:"classes"`
+	MTTDLYears float64         `json:"mttdl_years"`
+}
+
+type tuneClassLoss struct {
+	SizeLabel string `json:"size_label"`
+	mttdlRow
+	// DeviceShare is the class's share of the bytes on the devices.
+	DeviceShare float64 `json:"device_share"`
+}
+
+// tuneConfig says what tune did with the config.
+type tuneConfig struct {
+	Path    string `json:"path,omitempty"`
+	Written bool   `json:"written"`
+	Merged  bool   `json:"merged"` // into an existing config
+}
+
+func (c *cli) tuneCmd() *cobra.Command {
+	var (
+		fromJSON, samplePath, out, benchOut string
+		sizes, workloads, mechs             []string
+		o                                   tune.Options
+		asJSON                              bool
+		duration                            time.Duration
+		ops, devices, copies, k, r          int
+		in                                  mttdlInputs
+		rate                                float64
+		capacity                            string
+	)
+	cmd := &cobra.Command{
+		Use:   "tune [--from-json BENCH.json | --sizes S,... | --sample FILE] [--min-ops N] [--min-mibs N] [--out FILE] [--json]",
+		Short: "Choose hybrid thresholds that minimise storage overhead above a throughput floor",
+		Long: `tune chooses the hybrid thresholds (which mechanism stores which value sizes)
+from a bench: for every value size measured (a size class), among
+replication, packing and splitting (--mechanisms), those whose slowest
+workload reaches the floors --min-ops (operations per second) and
+--min-mibs (MiB of values per second; deletes are exempt) in hybrid mode,
+and of those the one with the least storage overhead (device bytes per user
+byte, keys and headers included, as measured). A class stands for the
+sizes up to the geometric mean of its size and the next one (4 and 16 KiB
+meet at 8 KiB); neighbouring classes with the same choice share a rule.
+
+The bench is read from a report (--from-json FILE, from 'kvarray bench
+--json') or run here on mem devices with the KV-SSD speed model over
+--sizes, or over the sizes of a sample (--sample FILE: one value size per
+line, or SIZE COUNT for a histogram; one size class per power-of-4 bucket
+of the sample, at its median). --workloads names the workloads the floors
+apply to. A sample also weighs the classes by their bytes for the
+predictions; without one every class is taken to hold as many values as
+the others.
+
+tune prints the table it chose from, the thresholds, the predicted storage
+overhead and the predicted MTTDL of the result (the reliability model of
+'kvarray mttdl', each class's mechanism holding its share of the devices),
+and writes a config: --out FILE writes a new one (pebble devices data/dev0
+... like 'kvarray init', or the devices of --config FILE when given), and
+--config FILE alone rewrites that file with the new thresholds (comments
+are not kept). Without either nothing is written. A floor that no
+mechanism reaches in some size class is an error naming the class and the
+best throughput there.`,
+		Example: `  kvarray bench --json --modes hybrid > bench.json
+  kvarray tune --from-json bench.json --min-ops 4000 --out kvarray.yaml
+  kvarray tune --sample sizes.txt --min-mibs 100 --config kvarray.yaml`,
+		Args: args(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f := cmd.Flags()
+			var perr error
+			if f.Changed("from-json") && f.Changed("sizes") {
+				perr = errors.New("--from-json and --sizes: give one (a report's sizes are those it measured)")
+			}
+			if out != "" {
+				if _, err := os.Stat(out); err == nil {
+					return fmt.Errorf("--out %s already exists: tune writes new files only; to set the thresholds of an existing config, give it as --config FILE", out)
+				}
+			}
+			if f.Changed("sizes") && f.Changed("sample") {
+				perr = errors.Join(perr, errors.New("--sizes and --sample: give one (a sample's sizes are chosen from it)"))
+			}
+			if f.Changed("ops") && f.Changed("duration") {
+				perr = errors.Join(perr, errors.New("--ops and --duration: give one"))
+			}
+			if o.MinOps < 0 || o.MinMiBs < 0 || math.IsNaN(o.MinOps) || math.IsNaN(o.MinMiBs) {
+				perr = errors.Join(perr, errors.New("--min-ops and --min-mibs must not be negative"))
+			}
+			if !(in.MTTFHours > 0) || !(in.Fill > 0 && in.Fill <= 1) || !(rate > 0) {
+				perr = errors.Join(perr, errors.New("--mttf and --repair-rate must be positive, --fill in (0, 1]"))
+			}
+			capBytes, err := humanize.ParseBytes(capacity)
+			if err != nil || capBytes == 0 {
+				perr = errors.Join(perr, fmt.Errorf("--capacity: %q is not a size (e.g. 3.84TB)", capacity))
+			}
+			in.CapacityBytes = float64(capBytes)
+			o.Workloads, o.Mechanisms = splitList(workloads), splitList(mechs)
+			for _, w := range o.Workloads {
+				if !slices.Contains([]string{bench.Store, bench.Retrieve, bench.Update, bench.Delete}, w) {
+					perr = errors.Join(perr, fmt.Errorf("--workloads: %q: want store, retrieve, update or delete", w))
+				}
+			}
+			for _, m := range o.Mechanisms {
+				if !slices.Contains(tune.DefaultMechanisms, m) {
+					perr = errors.Join(perr, fmt.Errorf("--mechanisms: %q: want replication, packing or splitting", m))
+				}
+			}
+			if perr != nil {
+				return usageError{cmd, perr}
+			}
+			if f.Changed("sample") {
+				s, err := readSample(samplePath)
+				if err != nil {
+					return err
+				}
+				o.Sample = s
+			}
+			var base *config.Config
+			if f.Changed("config") {
+				cfg, err := config.Load(c.configPath)
+				if err != nil {
+					return err
+				}
+				base = cfg
+			}
+
+			rep, source := (*bench.Report)(nil), "bench run"
+			if fromJSON != "" {
+				if rep, err = readReport(fromJSON); err != nil {
+					return err
+				}
+				source = fromJSON
+			} else {
+				bo := tuneBenchOptions(base)
+				set := func(name string, fn func()) {
+					if f.Changed(name) {
+						fn()
+					}
+				}
+				set("devices", func() { bo.Devices = devices })
+				set("copies", func() { bo.Copies = copies })
+				set("k", func() { bo.K = k })
+				set("r", func() { bo.R = r })
+				bo.Duration = duration
+				set("ops", func() { bo.Ops, bo.Duration = ops, 0 })
+				if len(o.Workloads) > 0 {
+					bo.Workloads = o.Workloads
+				}
+				if len(o.Mechanisms) > 0 {
+					bo.Mechanisms = o.Mechanisms
+				}
+				if o.Sample != nil {
+					bo.Sizes = tune.SampleSizes(o.Sample)
+				} else if bo.Sizes, err = parseSizes("--sizes", sizes); err != nil {
+					return usageError{cmd, err}
+				}
+				if err := bo.Validate(); err != nil {
+					return usageError{cmd, err}
+				}
+				if tty(c.stderr) {
+					bo.Progress = progressLine(c.stderr)
+				}
+				rep, err = bench.Run(c.ctx, bo)
+				if bo.Progress != nil {
+					fmt.Fprint(c.stderr, "\r\033[K")
+				}
+				if err != nil {
+					return fmt.Errorf("tune: bench: %w", err)
+				}
+				if benchOut != "" {
+					data, err := json.MarshalIndent(rep, "", "  ")
+					if err == nil {
+						err = os.WriteFile(benchOut, append(data, '\n'), 0o644)
+					}
+					if err != nil {
+						return fmt.Errorf("tune: --bench-json: %w", err)
+					}
+				}
+			}
+
+			plan, err := tune.Choose(rep, o)
+			if err != nil {
+				return fmt.Errorf("tune: %w", err)
+			}
+			tr := tuneReport{Source: source, Devices: rep.Devices, Floors: o, Plan: plan, Thresholds: thresholdList(plan)}
+			in.Devices = rep.Options.Devices
+			in.Scope = "object"
+			in.RepairSource = fmt.Sprintf("%g objects/s", rate)
+			rates := map[string]float64{}
+			if !f.Changed("repair-rate") && len(rep.Rebuild) > 0 {
+				rates = reportRates(rep)
+				in.RepairSource = "rebuild keys/s measured in " + source
+			}
+			if tr.MTTDL, err = predictMTTDL(plan, rep.Options, in, rates, rate); err != nil {
+				return fmt.Errorf("tune: %w", err)
+			}
+
+			cfg, notes, err := tunedConfig(base, plan, rep.Options)
+			if err != nil {
+				return fmt.Errorf("tune: %w", err)
+			}
+			tr.Notes = notes
+			switch {
+			case out != "":
+				tr.Config = tuneConfig{Path: out, Written: true, Merged: base != nil}
+			case base != nil:
+				tr.Config = tuneConfig{Path: c.configPath, Written: true, Merged: true}
+			}
+			if tr.Config.Written {
+				if err := cfg.Save(tr.Config.Path); err != nil {
+					return fmt.Errorf("tune: %w", err)
+				}
+			}
+			if asJSON {
+				enc := json.NewEncoder(c.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(tr)
+			}
+			return printTune(c.stdout, tr)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&fromJSON, "from-json", "", "choose from the bench report in `FILE` (from 'kvarray bench --json') instead of running one")
+	fl.StringSliceVar(&sizes, "sizes", []string{"1KiB", "4KiB", "16KiB", "64KiB"}, "value sizes to bench (the size classes)")
+	fl.StringVar(&samplePath, "sample", "", "value sizes to bench and weigh by: `FILE` of SIZE or SIZE COUNT lines")
+	fl.Float64Var(&o.MinOps, "min-ops", 0, "floor: operations per second every workload must reach")
+	fl.Float64Var(&o.MinMiBs, "min-mibs", 0, "floor: MiB of values per second every workload but delete must reach")
+	fl.StringSliceVar(&workloads, "workloads", nil, "workloads the floors apply to (and that a run measures); default: store, retrieve, update, delete")
+	fl.StringSliceVar(&mechs, "mechanisms", nil, "candidate mechanisms; default: replication, packing, splitting")
+	fl.StringVar(&out, "out", "", "write the tuned config to `FILE`")
+	fl.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	fl.StringVar(&benchOut, "bench-json", "", "save the bench report tune ran to `FILE` (for --from-json)")
+	fl.DurationVar(&duration, "duration", 500*time.Millisecond, "time per bench phase")
+	fl.IntVar(&ops, "ops", 0, "operations per bench phase (instead of --duration)")
+	fl.IntVar(&devices, "devices", 6, "bench: number of devices (default: the --config file's)")
+	fl.IntVar(&copies, "copies", 3, "bench: replication copies (default: the --config file's)")
+	fl.IntVar(&k, "k", 4, "bench: splitting and packing data shards (default: the --config file's)")
+	fl.IntVar(&r, "r", 2, "bench: splitting and packing parity shards (default: the --config file's)")
+	modelFlags(fl, &in, &rate, &capacity)
+	return cmd
+}
+
+// tuneBenchOptions are the bench tune runs: hybrid mode only (what the
+// thresholds will run in), the candidate mechanisms, the sized workloads,
+// with the geometry of base when there is one.
+func tuneBenchOptions(base *config.Config) bench.Options {
+	o := bench.Defaults()
+	o.Workloads = []string{bench.Store, bench.Retrieve, bench.Update, bench.Delete}
+	o.Mechanisms = slices.Clone(tune.DefaultMechanisms)
+	o.Modes = []string{bench.ModeHybrid}
+	if base != nil {
+		o.Devices = len(base.Devices)
+		o.Copies = base.Replication.Copies
+		switch {
+		case base.Splitting != nil:
+			o.K, o.R = base.Splitting.K, base.Splitting.R
+		case base.Packing != nil:
+			o.K, o.R = base.Packing.K, base.Packing.R
+		default:
+			o.K, o.R = min(o.K, max(1, o.Devices-o.R)), min(o.R, max(1, o.Devices-1))
+		}
+		if base.Packing != nil {
+			o.PackingWait = time.Duration(base.Packing.Wait)
+		}
+	}
+	return o
+}
+
+// parseSizes parses a list of sizes like 4KiB.
+func parseSizes(flag string, list []string) ([]int, error) {
+	var sizes []int
+	var err error
+	for _, s := range splitList(list) {
+		n, perr := humanize.ParseBytes(s)
+		if perr != nil || n == 0 || n > math.MaxInt32 {
+			err = errors.Join(err, fmt.Errorf("%s: %q is not a size (e.g. 4KiB)", flag, s))
+			continue
+		}
+		sizes = append(sizes, int(n))
+	}
+	return sizes, err
+}
+
+// readSample reads a sample of value sizes: a size per line (4096, 4KiB),
+// optionally followed by a count; blank lines and # comments are skipped.
+func readSample(path string) ([]tune.SizeCount, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []tune.SizeCount
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		text, _, _ := strings.Cut(sc.Text(), "#")
+		fields := strings.Fields(text)
+		if len(fields) == 0 {
+			continue
+		}
+		n, err := humanize.ParseBytes(fields[0])
+		count := int64(1)
+		if err == nil && len(fields) == 2 {
+			count, err = strconv.ParseInt(fields[1], 10, 64)
+		}
+		if err != nil || len(fields) > 2 || n == 0 || n > math.MaxInt32 || count < 1 {
+			return nil, fmt.Errorf("%s:%d: %q: want a value size and an optional count, e.g. 4KiB 120", path, line, sc.Text())
+		}
+		out = append(out, tune.SizeCount{Size: int64(n), Count: count})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no value sizes", path)
+	}
+	return out, nil
+}
+
+// thresholdList writes the rules as bench --thresholds takes them.
+func thresholdList(p *tune.Plan) string {
+	parts := make([]string, len(p.Rules))
+	for i, r := range p.Rules {
+		parts[i] = r.RM
+		if r.Max > 0 {
+			parts[i] = config.Size(r.Max).String() + ":" + r.RM
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// modelMechanism is the reliability model of a mechanism with the bench's
+// geometry.
+func modelMechanism(name string, o bench.Options) reliability.Mechanism {
+	switch name {
+	case replication.Name:
+		return reliability.NewReplication(o.Copies)
+	case splitting.Name:
+		return reliability.NewSplitting(o.K, o.R)
+	case packing.Name:
+		return reliability.NewPacking(o.K, o.R)
+	}
+	return reliability.NewHashing()
+}
+
+// predictMTTDL evaluates the model for each class's mechanism on the
+// class's share of the device bytes (its share of user bytes times its
+// storage overhead), and adds up the rates of data loss.
+func predictMTTDL(p *tune.Plan, o bench.Options, in mttdlInputs, rates map[string]float64, rate float64) (tuneMTTDL, error) {
+	res := tuneMTTDL{Inputs: in}
+	dev := 0.0
+	for _, c := range p.Classes {
+		cand, _ := c.ChosenCandidate()
+		dev += c.Weight * cand.StorageOverhead
+	}
+	loss := 0.0
+	for _, c := range p.Classes {
+		cand, _ := c.ChosenCandidate()
+		share := c.Weight * cand.StorageOverhead / dev
+		if share == 0 {
+			continue
+		}
+		ci := in
+		ci.Fill *= share
+		ci.ObjectBytes = float64(c.Size)
+		row, err := evaluate(modelMechanism(c.Chosen, o), ci, rates, rate)
+		if err != nil {
+			return res, fmt.Errorf("size class %s: %w", c.SizeLabel, err)
+		}
+		res.Classes = append(res.Classes, tuneClassLoss{SizeLabel: c.SizeLabel, mttdlRow: row, DeviceShare: share})
+		loss += 1 / row.MTTDLYears
+	}
+	res.MTTDLYears = 1 / loss
+	return res, nil
+}
+
+// tunedConfig is base (or, without one, init's default config on the
+// bench's number of devices and with its geometry) in hybrid mode with the
+// plan's thresholds. A base whose geometry differs from the bench's for a
+// mechanism the thresholds use is an error: the measurements would not be
+// of that mechanism.
+func tunedConfig(base *config.Config, p *tune.Plan, o bench.Options) (*config.Config, []string, error) {
+	var notes []string
+	var cfg config.Config
+	if base == nil {
+		cfg = *config.Default("data", o.Devices)
+		cfg.Replication = &config.Replication{Copies: o.Copies}
+		cfg.Splitting = &config.Splitting{K: o.K, R: o.R}
+		cfg.Packing = &config.Packing{K: o.K, R: o.R, Wait: config.Duration(o.PackingWait)}
+	} else {
+		cfg = *base
+		if n := len(cfg.Devices); n != o.Devices {
+			notes = append(notes, fmt.Sprintf("the bench ran on %d devices, the config lists %d: throughput scales with the devices", o.Devices, n))
+		}
+	}
+	cfg.Mode = "hybrid"
+	cfg.Thresholds = nil
+	var errs []error
+	for _, r := range p.Rules {
+		t := config.Threshold{RM: r.RM}
+		if r.Max > 0 {
+			m := config.Size(r.Max)
+			t.Max = &m
+		}
+		cfg.Thresholds = append(cfg.Thresholds, t)
+		mismatch := func(have string) {
+			errs = append(errs, fmt.Errorf("the config's %s is %s, the bench measured %s: bench with the config's geometry (tune --config FILE without --from-json does)",
+				r.RM, have, modelMechanism(r.RM, o)))
+		}
+		switch r.RM {
+		case replication.Name:
+			if c := cfg.Replication; c.Copies != o.Copies {
+				mismatch(fmt.Sprintf("%d copies", c.Copies))
+			}
+		case splitting.Name:
+			if c := cfg.Splitting; c == nil {
+				cfg.Splitting = &config.Splitting{K: o.K, R: o.R}
+			} else if c.K != o.K || c.R != o.R {
+				mismatch(fmt.Sprintf("%d+%d", c.K, c.R))
+			}
+		case packing.Name:
+			if c := cfg.Packing; c == nil {
+				cfg.Packing = &config.Packing{K: o.K, R: o.R, Wait: config.Duration(o.PackingWait)}
+			} else if c.K != o.K || c.R != o.R {
+				mismatch(fmt.Sprintf("%d+%d", c.K, c.R))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	return &cfg, notes, nil
+}
+
+func printTune(out io.Writer, tr tuneReport) error {
+	p := tr.Plan
+	var b strings.Builder
+	fmt.Fprintf(&b, "bench: %s (%s), %s-mode results\n", tr.Devices, tr.Source, p.Mode)
+	var floors []string
+	if tr.Floors.MinOps > 0 {
+		floors = append(floors, fmt.Sprintf("%g ops/s", tr.Floors.MinOps))
+	}
+	if tr.Floors.MinMiBs > 0 {
+		floors = append(floors, fmt.Sprintf("%g MiB/s", tr.Floors.MinMiBs))
+	}
+	if len(floors) == 0 {
+		floors = []string{"none"}
+	}
+	fmt.Fprintf(&b, "floors: %s, in each of %s (the slowest counts)\n\n", strings.Join(floors, " and "), strings.Join(p.Workloads, ", "))
+	w := &cols{out: &b, left: 3}
+	w.row("SIZE", "RANGE", "MECHANISM", "OPS/S", "SLOWEST", "MiB/S", "SLOWEST", "SPACE", "FLOORS", "CHOSEN")
+	for _, c := range p.Classes {
+		for i, cand := range c.Candidates {
+			size, rng := c.SizeLabel, c.Range()
+			if i > 0 {
+				size, rng = "", ""
+			}
+			meets, chosen := "no", ""
+			if cand.Meets {
+				meets = "ok"
+			}
+			if cand.Chosen {
+				chosen = "*"
+			}
+			stalled := ""
+			for _, r := range cand.Rates {
+				if r.Stalled {
+					stalled = "!"
+				}
+			}
+			w.row(size, rng, cand.Mechanism, fmt.Sprintf("%.0f%s", cand.OpsPerSec, stalled), cand.OpsLimit,
+				fmt.Sprintf("%.1f", cand.MiBPerSec), cand.MiBLimit, fmt.Sprintf("%.2f", cand.StorageOverhead), meets, chosen)
+		}
+	}
+	w.flush()
+	fmt.Fprintf(&b, "\nSPACE: device bytes per user byte (keys and values, headers included), as measured.\n")
+	fmt.Fprintf(&b, "\nthresholds: %s\n", tr.Thresholds)
+	fmt.Fprintf(&b, "predicted storage overhead: %.2f (weights: %s)\n", p.StorageOverhead, p.Weighting)
+	m := tr.MTTDL
+	fmt.Fprintf(&b, "predicted MTTDL: %.3g years (%d devices of %s, %.0f%% full, device MTTF %.3g h, repair %s)\n\n",
+		m.MTTDLYears, m.Inputs.Devices, humanize.Bytes(uint64(m.Inputs.CapacityBytes)), m.Inputs.Fill*100, m.Inputs.MTTFHours, m.Inputs.RepairSource)
+	w = &cols{out: &b, left: 2}
+	w.row("SIZE", "MECHANISM", "USER BYTES", "DEVICE BYTES", "MTTDL (years)")
+	weight := map[string]float64{}
+	for _, c := range p.Classes {
+		weight[c.SizeLabel] = c.Weight
+	}
+	for _, c := range m.Classes {
+		w.row(c.SizeLabel, c.Mechanism.String(), fmt.Sprintf("%.1f%%", 100*weight[c.SizeLabel]), fmt.Sprintf("%.1f%%", 100*c.DeviceShare), fmt.Sprintf("%.3g", c.MTTDLYears))
+	}
+	w.flush()
+	for _, n := range tr.Notes {
+		fmt.Fprintf(&b, "\nnote: %s\n", n)
+	}
+	switch cf := tr.Config; {
+	case cf.Merged:
+		fmt.Fprintf(&b, "\nconfig %s written with these thresholds\n", cf.Path)
+	case cf.Written:
+		fmt.Fprintf(&b, "\nconfig %s written for a new array of %d pebble devices under data/ (nothing was created;\n"+
+			"to tune an existing array, give its config as --config FILE instead)\n", cf.Path, m.Inputs.Devices)
+	default:
+		b.WriteString("\nno config written: give --out FILE or --config FILE\n")
+	}
+	_, err := io.WriteString(out, b.String())
+	return err
+}
