@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -164,6 +165,9 @@ best throughput there.`,
 				if err != nil {
 					return err
 				}
+				if err := movable(cfg, out); err != nil {
+					return err
+				}
 				base = cfg
 			}
 
@@ -221,6 +225,9 @@ best throughput there.`,
 				}
 			}
 
+			if rep.Options.Devices < 1 {
+				return fmt.Errorf("tune: %s records no number of devices (options.devices)", source)
+			}
 			plan, err := tune.Choose(rep, o)
 			if err != nil {
 				return fmt.Errorf("tune: %w", err)
@@ -299,14 +306,34 @@ func tuneBenchOptions(base *config.Config) bench.Options {
 			o.K, o.R = base.Splitting.K, base.Splitting.R
 		case base.Packing != nil:
 			o.K, o.R = base.Packing.K, base.Packing.R
-		default:
-			o.K, o.R = min(o.K, max(1, o.Devices-o.R)), min(o.R, max(1, o.Devices-1))
+		default: // what init would add: k = min(4, N−2), r = 2
+			o.K = max(1, min(o.K, o.Devices-o.R))
 		}
 		if base.Packing != nil {
 			o.PackingWait = time.Duration(base.Packing.Wait)
 		}
 	}
 	return o
+}
+
+// movable refuses to write cfg to out (when given) in another directory
+// than cfg's own if cfg has relative pebble paths: they are relative to
+// the directory of the file they are in, so they would name other
+// devices there.
+func movable(cfg *config.Config, out string) error {
+	if out == "" {
+		return nil
+	}
+	dir, err := filepath.Abs(filepath.Dir(out))
+	if err != nil || dir == cfg.Dir() {
+		return err
+	}
+	for _, spec := range cfg.Devices {
+		if p, ok := strings.CutPrefix(spec, "pebble:"); ok && !filepath.IsAbs(p) {
+			return fmt.Errorf("--out %s is not in the directory of the config, whose device %s is relative to it: write it next to the config", out, spec)
+		}
+	}
+	return nil
 }
 
 // parseSizes parses a list of sizes like 4KiB.
