@@ -2,11 +2,14 @@ package main
 
 import (
 	"bufio"
+	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/kvarray/kvarray/bench"
@@ -35,9 +39,16 @@ type tuneReport struct {
 	Plan    *tune.Plan   `json:"plan"`
 	// Thresholds are the rules as bench --thresholds takes them.
 	Thresholds string     `json:"thresholds"`
+	// Sample says where the sample of value sizes came from, if any.
+	Sample *tuneSample `json:"sample,omitempty"`
 	MTTDL      tuneMTTDL  `json:"mttdl"`
 	Config     tuneConfig `json:"config"`
 	Notes      []string   `json:"notes,omitempty"`
+}
+
+type tuneSample struct {
+	Source string `json:"source"`
+	Values int64  `json:"values"`
 }
 
 // tuneMTTDL is the predicted MTTDL of the chosen mix: each class's chosen
@@ -66,6 +77,8 @@ type tuneConfig struct {
 func (c *cli) tuneCmd() *cobra.Command {
 	var (
 		fromJSON, samplePath, out, benchOut string
+		sampleFrom                          string
+		sampleKeys                          int
 		sizes, workloads, mechs             []string
 		o                                   tune.Options
 		asJSON                              bool
@@ -91,8 +104,9 @@ meet at 8 KiB); neighbouring classes with the same choice share a rule.
 The bench is read from a report (--from-json FILE, from 'kvarray bench
 --json') or run here on mem devices with the KV-SSD speed model over
 --sizes, or over the sizes of a sample (--sample FILE: one value size per
-line, or SIZE COUNT for a histogram; one size class per power-of-4 bucket
-of the sample, at its median). --workloads names the workloads the floors
+line, or SIZE COUNT for a histogram; --sample-from redis://HOST:PORT/DB:
+the string values of a running kvarray serve or Redis; one size class per
+power-of-4 bucket of the sample, at its median). --workloads names the workloads the floors
 apply to. A sample also weighs the classes by their bytes for the
 predictions; without one every class is taken to hold as many values as
 the others.
@@ -121,8 +135,17 @@ best throughput there.`,
 					return fmt.Errorf("--out %s already exists: tune writes new files only; to set the thresholds of an existing config, give it as --config FILE", out)
 				}
 			}
-			if f.Changed("sizes") && f.Changed("sample") {
-				perr = errors.Join(perr, errors.New("--sizes and --sample: give one (a sample's sizes are chosen from it)"))
+			samples := 0
+			for _, name := range []string{"sizes", "sample", "sample-from"} {
+				if f.Changed(name) {
+					samples++
+				}
+			}
+			if samples > 1 {
+				perr = errors.Join(perr, errors.New("--sizes, --sample and --sample-from: give one (a sample's sizes are chosen from it)"))
+			}
+			if sampleKeys < 1 {
+				perr = errors.Join(perr, fmt.Errorf("--sample-keys %d: want at least 1", sampleKeys))
 			}
 			if f.Changed("ops") && f.Changed("duration") {
 				perr = errors.Join(perr, errors.New("--ops and --duration: give one"))
@@ -152,12 +175,15 @@ best throughput there.`,
 			if perr != nil {
 				return usageError{cmd, perr}
 			}
-			if f.Changed("sample") {
-				s, err := readSample(samplePath)
-				if err != nil {
+			switch {
+			case f.Changed("sample"):
+				if o.Sample, err = readSample(samplePath); err != nil {
 					return err
 				}
-				o.Sample = s
+			case f.Changed("sample-from"):
+				if o.Sample, err = sampleServer(c.ctx, sampleFrom, sampleKeys); err != nil {
+					return err
+				}
 			}
 			var base *config.Config
 			if f.Changed("config") {
@@ -233,6 +259,12 @@ best throughput there.`,
 				return fmt.Errorf("tune: %w", err)
 			}
 			tr := tuneReport{Source: source, Devices: rep.Devices, Floors: o, Plan: plan, Thresholds: thresholdList(plan)}
+			if o.Sample != nil {
+				tr.Sample = &tuneSample{Source: cmp.Or(samplePath, redacted(sampleFrom))}
+				for _, s := range o.Sample {
+					tr.Sample.Values += s.Count
+				}
+			}
 			in.Devices = rep.Options.Devices
 			in.Scope = "object"
 			in.RepairSource = fmt.Sprintf("%g objects/s", rate)
@@ -273,6 +305,8 @@ best throughput there.`,
 	fl.StringVar(&fromJSON, "from-json", "", "choose from the bench report in `FILE` (from 'kvarray bench --json') instead of running one")
 	fl.StringSliceVar(&sizes, "sizes", []string{"1KiB", "4KiB", "16KiB", "64KiB"}, "value sizes to bench (the size classes)")
 	fl.StringVar(&samplePath, "sample", "", "value sizes to bench and weigh by: `FILE` of SIZE or SIZE COUNT lines")
+	fl.StringVar(&sampleFrom, "sample-from", "", "value sizes to bench and weigh by: the string values of a running server, `redis://[:PASSWORD@]HOST:PORT/DB`")
+	fl.IntVar(&sampleKeys, "sample-keys", 100_000, "--sample-from: at most this many keys")
 	fl.Float64Var(&o.MinOps, "min-ops", 0, "floor: operations per second every workload must reach")
 	fl.Float64Var(&o.MinMiBs, "min-mibs", 0, "floor: MiB of values per second every workload but delete must reach")
 	fl.StringSliceVar(&workloads, "workloads", nil, "workloads the floors apply to (and that a run measures); default: store, retrieve, update, delete")
@@ -384,6 +418,76 @@ func readSample(path string) ([]tune.SizeCount, error) {
 		return nil, fmt.Errorf("%s: no value sizes", path)
 	}
 	return out, nil
+}
+
+// sampleServer samples the value sizes of a running Redis-protocol server
+// (kvarray serve, Redis): the STRLEN of up to max string keys of the
+// URL's database, as SCAN lists them (a key SCAN returns twice counts
+// twice; empty values are left out). The server keeps no histogram of
+// its own, so this is a pass over the keys, pipelined a page at a time.
+func sampleServer(ctx context.Context, url string, max int) ([]tune.SizeCount, error) {
+	if !strings.Contains(url, "://") {
+		url = "redis://" + url
+	}
+	opt, err := goredis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("--sample-from: %w (want redis://[:PASSWORD@]HOST:PORT/DB)", err)
+	}
+	opt.DialerRetries = 1 // an unreachable server is an error at once
+	// go-redis logs dial failures to stderr; the error says it in one line.
+	goredis.SetLogger(silentLogger{})
+	rdb := goredis.NewClient(opt)
+	defer rdb.Close()
+	counts := map[int64]int64{}
+	seen := 0
+	for cursor := uint64(0); ; {
+		keys, next, err := rdb.ScanType(ctx, cursor, "", 1000, "string").Result()
+		if err != nil {
+			return nil, fmt.Errorf("--sample-from %s: SCAN: %w", opt.Addr, err)
+		}
+		keys = keys[:min(len(keys), max-seen)]
+		pipe := rdb.Pipeline()
+		lens := make([]*goredis.IntCmd, len(keys))
+		for i, k := range keys {
+			lens[i] = pipe.StrLen(ctx, k)
+		}
+		_, _ = pipe.Exec(ctx) // each command's error is checked below
+		for _, l := range lens {
+			var reply goredis.Error
+			switch n, err := l.Result(); {
+			case errors.As(err, &reply):
+				continue // the key changed type since SCAN listed it
+			case err != nil:
+				return nil, fmt.Errorf("--sample-from %s: STRLEN: %w", opt.Addr, err)
+			case n > 0:
+				counts[n]++
+			}
+		}
+		seen += len(keys)
+		if cursor = next; cursor == 0 || seen >= max {
+			break
+		}
+	}
+	if len(counts) == 0 {
+		return nil, fmt.Errorf("--sample-from %s: no non-empty string values in database %d", opt.Addr, opt.DB)
+	}
+	out := make([]tune.SizeCount, 0, len(counts))
+	for size, n := range counts {
+		out = append(out, tune.SizeCount{Size: size, Count: n})
+	}
+	return out, nil
+}
+
+type silentLogger struct{}
+
+func (silentLogger) Printf(context.Context, string, ...any) {}
+
+// redacted hides the password of a URL.
+func redacted(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	return s
 }
 
 // thresholdList writes the rules as bench --thresholds takes them.
@@ -513,9 +617,10 @@ func printTune(out io.Writer, tr tuneReport) error {
 		floors = append(floors, fmt.Sprintf("%g MiB/s", tr.Floors.MinMiBs))
 	}
 	if len(floors) == 0 {
-		floors = []string{"none"}
+		b.WriteString("floors: none (the least storage overhead in every size class)\n\n")
+	} else {
+		fmt.Fprintf(&b, "floors: %s, in each of %s (the slowest counts)\n\n", strings.Join(floors, " and "), strings.Join(p.Workloads, ", "))
 	}
-	fmt.Fprintf(&b, "floors: %s, in each of %s (the slowest counts)\n\n", strings.Join(floors, " and "), strings.Join(p.Workloads, ", "))
 	w := &cols{out: &b, left: 3}
 	w.row("SIZE", "RANGE", "MECHANISM", "OPS/S", "SLOWEST", "MiB/S", "SLOWEST", "SPACE", "FLOORS", "CHOSEN")
 	for _, c := range p.Classes {
@@ -544,7 +649,11 @@ func printTune(out io.Writer, tr tuneReport) error {
 	w.flush()
 	fmt.Fprintf(&b, "\nSPACE: device bytes per user byte (keys and values, headers included), as measured.\n")
 	fmt.Fprintf(&b, "\nthresholds: %s\n", tr.Thresholds)
-	fmt.Fprintf(&b, "predicted storage overhead: %.2f (weights: %s)\n", p.StorageOverhead, p.Weighting)
+	weights := p.Weighting
+	if tr.Sample != nil {
+		weights = fmt.Sprintf("%s, %d values from %s", weights, tr.Sample.Values, tr.Sample.Source)
+	}
+	fmt.Fprintf(&b, "predicted storage overhead: %.2f (weights: %s)\n", p.StorageOverhead, weights)
 	m := tr.MTTDL
 	fmt.Fprintf(&b, "predicted MTTDL: %.3g years (%d devices of %s, %.0f%% full, device MTTF %.3g h, repair %s)\n\n",
 		m.MTTDLYears, m.Inputs.Devices, humanize.Bytes(uint64(m.Inputs.CapacityBytes)), m.Inputs.Fill*100, m.Inputs.MTTFHours, m.Inputs.RepairSource)

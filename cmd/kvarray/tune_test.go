@@ -258,7 +258,9 @@ func TestTuneErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"tune", "--from-json", "b.json", "--sizes", "1KiB"}, "--from-json and --sizes: give one"},
-		{[]string{"tune", "--sizes", "1KiB", "--sample", bad}, "--sizes and --sample: give one"},
+		{[]string{"tune", "--sizes", "1KiB", "--sample", bad}, "--sizes, --sample and --sample-from: give one"},
+		{[]string{"tune", "--sample-from", "127.0.0.1:1", "--sample-keys", "0"}, "--sample-keys 0"},
+		{[]string{"tune", "--sample-from", "redis://127.0.0.1:1/0"}, "--sample-from 127.0.0.1:1: SCAN"},
 		{[]string{"tune", "--sample", bad}, `bad.txt:2: "lots"`},
 		{[]string{"tune", "--workloads", "scan"}, `--workloads: "scan"`},
 		{[]string{"tune", "--mechanisms", "hashing"}, `--mechanisms: "hashing"`},
@@ -268,4 +270,39 @@ func TestTuneErrors(t *testing.T) {
 	} {
 		fails(t, nil, tc.args, tc.want)
 	}
+}
+
+// TestTuneSampleFromServer takes the sample of value sizes from a running
+// kvarray serve: its string values weigh the size classes, the password
+// in the URL is not printed.
+func TestTuneSampleFromServer(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	b := writeSyntheticBench(t, dir)
+	srv := serve(t)
+	rdb := srv.client(t)
+	ctx := context.Background()
+	for i := range 30 {
+		rdb.Set(ctx, "small"+strconv.Itoa(i), randomBytes(uint64(i), 100), 0)
+	}
+	for i := range 5 {
+		rdb.Set(ctx, "mid"+strconv.Itoa(i), randomBytes(uint64(i), 3000), 0)
+	}
+	rdb.Set(ctx, "big", randomBytes(9, 100_000), 0)
+	rdb.Set(ctx, "empty", "", 0)
+	if err := rdb.RPush(ctx, "list", "not a string").Err(); err != nil {
+		t.Logf("RPUSH: %v (lists unsupported: nothing to skip)", err)
+	}
+	url := "redis://:secret@" + srv.addr + "/0"
+	var tr tuneReport
+	if err := json.Unmarshal([]byte(ok(t, nil, "tune", "--from-json", b, "--sample-from", url, "--json")), &tr); err != nil {
+		t.Fatal(err)
+	}
+	srv.stop(t)
+	if tr.Sample == nil || tr.Sample.Values != 36 || strings.Contains(tr.Sample.Source, "secret") {
+		t.Fatalf("sample %+v", tr.Sample)
+	}
+	// 1 KiB's class takes the values up to 8 KiB, 64 KiB's the rest.
+	small := 30*100 + 5*3000.0
+	approx(t, "1 KiB class weight", tr.Plan.Classes[0].Weight, small/(small+100_000), 1e-12)
 }
