@@ -38,12 +38,12 @@ type tuneReport struct {
 	Floors  tune.Options `json:"floors"`
 	Plan    *tune.Plan   `json:"plan"`
 	// Thresholds are the rules as bench --thresholds takes them.
-	Thresholds string     `json:"thresholds"`
+	Thresholds string `json:"thresholds"`
 	// Sample says where the sample of value sizes came from, if any.
 	Sample *tuneSample `json:"sample,omitempty"`
-	MTTDL      tuneMTTDL  `json:"mttdl"`
-	Config     tuneConfig `json:"config"`
-	Notes      []string   `json:"notes,omitempty"`
+	MTTDL  tuneMTTDL   `json:"mttdl"`
+	Config tuneConfig  `json:"config"`
+	Notes  []string    `json:"notes,omitempty"`
 }
 
 type tuneSample struct {
