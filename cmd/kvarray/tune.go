@@ -20,6 +20,7 @@ import (
 	"github.com/dustin/go-humanize"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/kvarray/kvarray/bench"
 	"github.com/kvarray/kvarray/config"
@@ -74,22 +75,25 @@ type tuneConfig struct {
 	Merged  bool   `json:"merged"` // into an existing config
 }
 
+// tuneFlags are tune's command line.
+type tuneFlags struct {
+	fromJSON, samplePath, sampleFrom string
+	out, benchOut                    string
+	sampleKeys                       int
+	sizes, workloads, mechs          []string
+	o                                tune.Options
+	asJSON                           bool
+	duration                         time.Duration
+	ops, devices, copies, k, r       int
+	in                               mttdlInputs
+	rate                             float64
+	capacity                         string
+}
+
 func (c *cli) tuneCmd() *cobra.Command {
-	var (
-		fromJSON, samplePath, out, benchOut string
-		sampleFrom                          string
-		sampleKeys                          int
-		sizes, workloads, mechs             []string
-		o                                   tune.Options
-		asJSON                              bool
-		duration                            time.Duration
-		ops, devices, copies, k, r          int
-		in                                  mttdlInputs
-		rate                                float64
-		capacity                            string
-	)
+	t := &tuneFlags{}
 	cmd := &cobra.Command{
-		Use:   "tune [--from-json BENCH.json | --sizes S,... | --sample FILE] [--min-ops N] [--min-mibs N] [--out FILE] [--json]",
+		Use:   "tune [--from-json BENCH.json | --sizes S,... | --sample FILE | --sample-from URL] [--min-ops N] [--min-mibs N] [--out FILE] [--json]",
 		Short: "Choose hybrid thresholds that minimise storage overhead above a throughput floor",
 		Long: `tune chooses the hybrid thresholds (which mechanism stores which value sizes)
 from a bench: for every value size measured (a size class), among
@@ -105,11 +109,11 @@ The bench is read from a report (--from-json FILE, from 'kvarray bench
 --json') or run here on mem devices with the KV-SSD speed model over
 --sizes, or over the sizes of a sample (--sample FILE: one value size per
 line, or SIZE COUNT for a histogram; --sample-from redis://HOST:PORT/DB:
-the string values of a running kvarray serve or Redis; one size class per
-power-of-4 bucket of the sample, at its median). --workloads names the workloads the floors
-apply to. A sample also weighs the classes by their bytes for the
-predictions; without one every class is taken to hold as many values as
-the others.
+the string values of a running kvarray serve or Redis), one size class
+per power-of-4 bucket of the sample, at its median; --bench-json FILE
+saves that run. --workloads names the workloads the floors apply to. A
+sample also weighs the classes by their bytes for the predictions;
+without one every class is taken to hold as many values as the others.
 
 tune prints the table it chose from, the thresholds, the predicted storage
 overhead and the predicted MTTDL of the result (the reliability model of
@@ -122,206 +126,231 @@ mechanism reaches in some size class is an error naming the class and the
 best throughput there.`,
 		Example: `  kvarray bench --json --modes hybrid > bench.json
   kvarray tune --from-json bench.json --min-ops 4000 --out kvarray.yaml
-  kvarray tune --sample sizes.txt --min-mibs 100 --config kvarray.yaml`,
+  kvarray tune --sample sizes.txt --min-mibs 100 --config kvarray.yaml
+  kvarray tune --sample-from redis://127.0.0.1:6380/0 --from-json bench.json --min-ops 4000`,
 		Args: args(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f := cmd.Flags()
-			var perr error
-			if f.Changed("from-json") && f.Changed("sizes") {
-				perr = errors.New("--from-json and --sizes: give one (a report's sizes are those it measured)")
+			if err := t.check(cmd.Flags()); err != nil {
+				return usageError{cmd, err}
 			}
-			if out != "" {
-				if _, err := os.Stat(out); err == nil {
-					return fmt.Errorf("--out %s already exists: tune writes new files only; to set the thresholds of an existing config, give it as --config FILE", out)
-				}
-			}
-			samples := 0
-			for _, name := range []string{"sizes", "sample", "sample-from"} {
-				if f.Changed(name) {
-					samples++
-				}
-			}
-			if samples > 1 {
-				perr = errors.Join(perr, errors.New("--sizes, --sample and --sample-from: give one (a sample's sizes are chosen from it)"))
-			}
-			if sampleKeys < 1 {
-				perr = errors.Join(perr, fmt.Errorf("--sample-keys %d: want at least 1", sampleKeys))
-			}
-			if f.Changed("ops") && f.Changed("duration") {
-				perr = errors.Join(perr, errors.New("--ops and --duration: give one"))
-			}
-			if o.MinOps < 0 || o.MinMiBs < 0 || math.IsNaN(o.MinOps) || math.IsNaN(o.MinMiBs) {
-				perr = errors.Join(perr, errors.New("--min-ops and --min-mibs must not be negative"))
-			}
-			if !(in.MTTFHours > 0) || !(in.Fill > 0 && in.Fill <= 1) || !(rate > 0) {
-				perr = errors.Join(perr, errors.New("--mttf and --repair-rate must be positive, --fill in (0, 1]"))
-			}
-			capBytes, err := humanize.ParseBytes(capacity)
-			if err != nil || capBytes == 0 {
-				perr = errors.Join(perr, fmt.Errorf("--capacity: %q is not a size (e.g. 3.84TB)", capacity))
-			}
-			in.CapacityBytes = float64(capBytes)
-			o.Workloads, o.Mechanisms = splitList(workloads), splitList(mechs)
-			for _, w := range o.Workloads {
-				if !slices.Contains([]string{bench.Store, bench.Retrieve, bench.Update, bench.Delete}, w) {
-					perr = errors.Join(perr, fmt.Errorf("--workloads: %q: want store, retrieve, update or delete", w))
-				}
-			}
-			for _, m := range o.Mechanisms {
-				if !slices.Contains(tune.DefaultMechanisms, m) {
-					perr = errors.Join(perr, fmt.Errorf("--mechanisms: %q: want replication, packing or splitting", m))
-				}
-			}
-			if perr != nil {
-				return usageError{cmd, perr}
-			}
-			switch {
-			case f.Changed("sample"):
-				if o.Sample, err = readSample(samplePath); err != nil {
-					return err
-				}
-			case f.Changed("sample-from"):
-				if o.Sample, err = sampleServer(c.ctx, sampleFrom, sampleKeys); err != nil {
-					return err
-				}
-			}
-			var base *config.Config
-			if f.Changed("config") {
-				cfg, err := config.Load(c.configPath)
-				if err != nil {
-					return err
-				}
-				if err := movable(cfg, out); err != nil {
-					return err
-				}
-				base = cfg
-			}
-
-			rep, source := (*bench.Report)(nil), "bench run"
-			if fromJSON != "" {
-				if rep, err = readReport(fromJSON); err != nil {
-					return err
-				}
-				source = fromJSON
-			} else {
-				bo := tuneBenchOptions(base)
-				set := func(name string, fn func()) {
-					if f.Changed(name) {
-						fn()
-					}
-				}
-				set("devices", func() { bo.Devices = devices })
-				set("copies", func() { bo.Copies = copies })
-				set("k", func() { bo.K = k })
-				set("r", func() { bo.R = r })
-				bo.Duration = duration
-				set("ops", func() { bo.Ops, bo.Duration = ops, 0 })
-				if len(o.Workloads) > 0 {
-					bo.Workloads = o.Workloads
-				}
-				if len(o.Mechanisms) > 0 {
-					bo.Mechanisms = o.Mechanisms
-				}
-				if o.Sample != nil {
-					bo.Sizes = tune.SampleSizes(o.Sample)
-				} else if bo.Sizes, err = parseSizes("--sizes", sizes); err != nil {
-					return usageError{cmd, err}
-				}
-				if err := bo.Validate(); err != nil {
-					return usageError{cmd, err}
-				}
-				if tty(c.stderr) {
-					bo.Progress = progressLine(c.stderr)
-				}
-				rep, err = bench.Run(c.ctx, bo)
-				if bo.Progress != nil {
-					fmt.Fprint(c.stderr, "\r\033[K")
-				}
-				if err != nil {
-					return fmt.Errorf("tune: bench: %w", err)
-				}
-				if benchOut != "" {
-					data, err := json.MarshalIndent(rep, "", "  ")
-					if err == nil {
-						err = os.WriteFile(benchOut, append(data, '\n'), 0o644)
-					}
-					if err != nil {
-						return fmt.Errorf("tune: --bench-json: %w", err)
-					}
-				}
-			}
-
-			if rep.Options.Devices < 1 {
-				return fmt.Errorf("tune: %s records no number of devices (options.devices)", source)
-			}
-			plan, err := tune.Choose(rep, o)
-			if err != nil {
-				return fmt.Errorf("tune: %w", err)
-			}
-			tr := tuneReport{Source: source, Devices: rep.Devices, Floors: o, Plan: plan, Thresholds: thresholdList(plan)}
-			if o.Sample != nil {
-				tr.Sample = &tuneSample{Source: cmp.Or(samplePath, redacted(sampleFrom))}
-				for _, s := range o.Sample {
-					tr.Sample.Values += s.Count
-				}
-			}
-			in.Devices = rep.Options.Devices
-			in.Scope = "object"
-			in.RepairSource = fmt.Sprintf("%g objects/s", rate)
-			rates := map[string]float64{}
-			if !f.Changed("repair-rate") && len(rep.Rebuild) > 0 {
-				rates = reportRates(rep)
-				in.RepairSource = "rebuild keys/s measured in " + source
-			}
-			if tr.MTTDL, err = predictMTTDL(plan, rep.Options, in, rates, rate); err != nil {
-				return fmt.Errorf("tune: %w", err)
-			}
-
-			cfg, notes, err := tunedConfig(base, plan, rep.Options)
-			if err != nil {
-				return fmt.Errorf("tune: %w", err)
-			}
-			tr.Notes = notes
-			switch {
-			case out != "":
-				tr.Config = tuneConfig{Path: out, Written: true, Merged: base != nil}
-			case base != nil:
-				tr.Config = tuneConfig{Path: c.configPath, Written: true, Merged: true}
-			}
-			if tr.Config.Written {
-				if err := cfg.Save(tr.Config.Path); err != nil {
-					return fmt.Errorf("tune: %w", err)
-				}
-			}
-			if asJSON {
-				enc := json.NewEncoder(c.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(tr)
-			}
-			return printTune(c.stdout, tr)
+			return c.tune(cmd, t)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&fromJSON, "from-json", "", "choose from the bench report in `FILE` (from 'kvarray bench --json') instead of running one")
-	fl.StringSliceVar(&sizes, "sizes", []string{"1KiB", "4KiB", "16KiB", "64KiB"}, "value sizes to bench (the size classes)")
-	fl.StringVar(&samplePath, "sample", "", "value sizes to bench and weigh by: `FILE` of SIZE or SIZE COUNT lines")
-	fl.StringVar(&sampleFrom, "sample-from", "", "value sizes to bench and weigh by: the string values of a running server, `redis://[:PASSWORD@]HOST:PORT/DB`")
-	fl.IntVar(&sampleKeys, "sample-keys", 100_000, "--sample-from: at most this many keys")
-	fl.Float64Var(&o.MinOps, "min-ops", 0, "floor: operations per second every workload must reach")
-	fl.Float64Var(&o.MinMiBs, "min-mibs", 0, "floor: MiB of values per second every workload but delete must reach")
-	fl.StringSliceVar(&workloads, "workloads", nil, "workloads the floors apply to (and that a run measures); default: store, retrieve, update, delete")
-	fl.StringSliceVar(&mechs, "mechanisms", nil, "candidate mechanisms; default: replication, packing, splitting")
-	fl.StringVar(&out, "out", "", "write the tuned config to `FILE`")
-	fl.BoolVar(&asJSON, "json", false, "print the report as JSON")
-	fl.StringVar(&benchOut, "bench-json", "", "save the bench report tune ran to `FILE` (for --from-json)")
-	fl.DurationVar(&duration, "duration", 500*time.Millisecond, "time per bench phase")
-	fl.IntVar(&ops, "ops", 0, "operations per bench phase (instead of --duration)")
-	fl.IntVar(&devices, "devices", 6, "bench: number of devices (default: the --config file's)")
-	fl.IntVar(&copies, "copies", 3, "bench: replication copies (default: the --config file's)")
-	fl.IntVar(&k, "k", 4, "bench: splitting and packing data shards (default: the --config file's)")
-	fl.IntVar(&r, "r", 2, "bench: splitting and packing parity shards (default: the --config file's)")
-	modelFlags(fl, &in, &rate, &capacity)
+	fl.StringVar(&t.fromJSON, "from-json", "", "choose from the bench report in `FILE` (from 'kvarray bench --json') instead of running one")
+	fl.StringSliceVar(&t.sizes, "sizes", []string{"1KiB", "4KiB", "16KiB", "64KiB"}, "value sizes to bench (the size classes)")
+	fl.StringVar(&t.samplePath, "sample", "", "value sizes to bench and weigh by: `FILE` of SIZE or SIZE COUNT lines")
+	fl.StringVar(&t.sampleFrom, "sample-from", "", "value sizes to bench and weigh by: the string values of the running server at `URL`, redis://[:PASSWORD@]HOST:PORT/DB")
+	fl.IntVar(&t.sampleKeys, "sample-keys", 100_000, "--sample-from: at most this many keys")
+	fl.Float64Var(&t.o.MinOps, "min-ops", 0, "floor: operations per second every workload must reach")
+	fl.Float64Var(&t.o.MinMiBs, "min-mibs", 0, "floor: MiB of values per second every workload but delete must reach")
+	fl.StringSliceVar(&t.workloads, "workloads", nil, "workloads the floors apply to (and that a run measures); default: store, retrieve, update, delete")
+	fl.StringSliceVar(&t.mechs, "mechanisms", nil, "candidate mechanisms; default: replication, packing, splitting")
+	fl.StringVar(&t.out, "out", "", "write the tuned config to `FILE`")
+	fl.BoolVar(&t.asJSON, "json", false, "print the report as JSON")
+	fl.StringVar(&t.benchOut, "bench-json", "", "save the bench report tune ran to `FILE` (for --from-json)")
+	fl.DurationVar(&t.duration, "duration", 500*time.Millisecond, "time per bench phase")
+	fl.IntVar(&t.ops, "ops", 0, "operations per bench phase (instead of --duration)")
+	fl.IntVar(&t.devices, "devices", 6, "bench: number of devices (with --config: the config's)")
+	fl.IntVar(&t.copies, "copies", 3, "bench: replication copies (with --config: the config's)")
+	fl.IntVar(&t.k, "k", 4, "bench: splitting and packing data shards (with --config: the config's)")
+	fl.IntVar(&t.r, "r", 2, "bench: splitting and packing parity shards (with --config: the config's)")
+	modelFlags(fl, &t.in, &t.rate, &t.capacity)
 	return cmd
+}
+
+// check validates the flags and fills in what derives from them.
+func (t *tuneFlags) check(f *pflag.FlagSet) error {
+	var perr error
+	bad := func(err error) { perr = errors.Join(perr, err) }
+	if f.Changed("from-json") && f.Changed("sizes") {
+		bad(errors.New("--from-json and --sizes: give one (a report's sizes are those it measured)"))
+	}
+	samples := 0
+	for _, name := range []string{"sizes", "sample", "sample-from"} {
+		if f.Changed(name) {
+			samples++
+		}
+	}
+	if samples > 1 {
+		bad(errors.New("--sizes, --sample and --sample-from: give one (a sample's sizes are chosen from it)"))
+	}
+	if t.sampleKeys < 1 {
+		bad(fmt.Errorf("--sample-keys %d: want at least 1", t.sampleKeys))
+	}
+	if f.Changed("ops") && f.Changed("duration") {
+		bad(errors.New("--ops and --duration: give one"))
+	}
+	if t.o.MinOps < 0 || t.o.MinMiBs < 0 || math.IsNaN(t.o.MinOps) || math.IsNaN(t.o.MinMiBs) {
+		bad(errors.New("--min-ops and --min-mibs must not be negative"))
+	}
+	if !(t.in.MTTFHours > 0) || !(t.in.Fill > 0 && t.in.Fill <= 1) || !(t.rate > 0) {
+		bad(errors.New("--mttf and --repair-rate must be positive, --fill in (0, 1]"))
+	}
+	capBytes, err := humanize.ParseBytes(t.capacity)
+	if err != nil || capBytes == 0 {
+		bad(fmt.Errorf("--capacity: %q is not a size (e.g. 3.84TB)", t.capacity))
+	}
+	t.in.CapacityBytes = float64(capBytes)
+	t.o.Workloads, t.o.Mechanisms = splitList(t.workloads), splitList(t.mechs)
+	for _, w := range t.o.Workloads {
+		if !slices.Contains([]string{bench.Store, bench.Retrieve, bench.Update, bench.Delete}, w) {
+			bad(fmt.Errorf("--workloads: %q: want store, retrieve, update or delete", w))
+		}
+	}
+	for _, m := range t.o.Mechanisms {
+		if !slices.Contains(tune.DefaultMechanisms, m) {
+			bad(fmt.Errorf("--mechanisms: %q: want replication, packing or splitting", m))
+		}
+	}
+	return perr
+}
+
+// tune runs the command: the sample, the bench (read or run), the choice,
+// the predictions, the config, the report.
+func (c *cli) tune(cmd *cobra.Command, t *tuneFlags) error {
+	f := cmd.Flags()
+	o := t.o
+	if t.out != "" {
+		if _, err := os.Stat(t.out); err == nil {
+			return fmt.Errorf("--out %s already exists: tune writes new files only; to set the thresholds of an existing config, give it as --config FILE", t.out)
+		}
+	}
+	var err error
+	switch {
+	case f.Changed("sample"):
+		if o.Sample, err = readSample(t.samplePath); err != nil {
+			return err
+		}
+	case f.Changed("sample-from"):
+		if o.Sample, err = sampleServer(c.ctx, t.sampleFrom, t.sampleKeys); err != nil {
+			return err
+		}
+	}
+	var base *config.Config
+	if f.Changed("config") {
+		if base, err = config.Load(c.configPath); err != nil {
+			return err
+		}
+		if err := movable(base, t.out); err != nil {
+			return err
+		}
+	}
+	rep, source := (*bench.Report)(nil), "bench run"
+	if t.fromJSON != "" {
+		if rep, err = readReport(t.fromJSON); err != nil {
+			return err
+		}
+		source = t.fromJSON
+	} else if rep, err = c.tuneBench(cmd, t, base, o.Sample); err != nil {
+		return err
+	}
+	if rep.Options.Devices < 1 {
+		return fmt.Errorf("tune: %s records no number of devices (options.devices)", source)
+	}
+
+	plan, err := tune.Choose(rep, o)
+	if err != nil {
+		return fmt.Errorf("tune: %w", err)
+	}
+	tr := tuneReport{Source: source, Devices: rep.Devices, Floors: o, Plan: plan, Thresholds: thresholdList(plan)}
+	if o.Sample != nil {
+		tr.Sample = &tuneSample{Source: cmp.Or(t.samplePath, redacted(t.sampleFrom))}
+		for _, s := range o.Sample {
+			tr.Sample.Values += s.Count
+		}
+	}
+	in := t.in
+	in.Devices = rep.Options.Devices
+	in.Scope = "object"
+	in.RepairSource = fmt.Sprintf("%g objects/s", t.rate)
+	rates := map[string]float64{}
+	if !f.Changed("repair-rate") && len(rep.Rebuild) > 0 {
+		rates = reportRates(rep)
+		in.RepairSource = "rebuild keys/s measured in " + source
+	}
+	if tr.MTTDL, err = predictMTTDL(plan, rep.Options, in, rates, t.rate); err != nil {
+		return fmt.Errorf("tune: %w", err)
+	}
+
+	cfg, notes, err := tunedConfig(base, plan, rep.Options)
+	if err != nil {
+		return fmt.Errorf("tune: %w", err)
+	}
+	tr.Notes = notes
+	switch {
+	case t.out != "":
+		tr.Config = tuneConfig{Path: t.out, Written: true, Merged: base != nil}
+	case base != nil:
+		tr.Config = tuneConfig{Path: c.configPath, Written: true, Merged: true}
+	}
+	if tr.Config.Written {
+		if err := cfg.Save(tr.Config.Path); err != nil {
+			return fmt.Errorf("tune: %w", err)
+		}
+	}
+	if t.asJSON {
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(tr)
+	}
+	return printTune(c.stdout, tr)
+}
+
+// tuneBench runs the bench tune chooses from, over the sample's sizes or
+// --sizes, and saves it with --bench-json.
+func (c *cli) tuneBench(cmd *cobra.Command, t *tuneFlags, base *config.Config, sample []tune.SizeCount) (*bench.Report, error) {
+	f := cmd.Flags()
+	bo := tuneBenchOptions(base)
+	set := func(name string, fn func()) {
+		if f.Changed(name) {
+			fn()
+		}
+	}
+	set("devices", func() { bo.Devices = t.devices })
+	set("copies", func() { bo.Copies = t.copies })
+	set("k", func() { bo.K = t.k })
+	set("r", func() { bo.R = t.r })
+	bo.Duration = t.duration
+	set("ops", func() { bo.Ops, bo.Duration = t.ops, 0 })
+	if len(t.o.Workloads) > 0 {
+		bo.Workloads = t.o.Workloads
+	}
+	if len(t.o.Mechanisms) > 0 {
+		bo.Mechanisms = t.o.Mechanisms
+	}
+	if sample != nil {
+		bo.Sizes = tune.SampleSizes(sample)
+	} else {
+		sizes, err := parseSizes("--sizes", t.sizes)
+		if err != nil {
+			return nil, usageError{cmd, err}
+		}
+		bo.Sizes = sizes
+	}
+	if err := bo.Validate(); err != nil {
+		return nil, usageError{cmd, err}
+	}
+	if tty(c.stderr) {
+		bo.Progress = progressLine(c.stderr)
+	}
+	rep, err := bench.Run(c.ctx, bo)
+	if bo.Progress != nil {
+		fmt.Fprint(c.stderr, "\r\033[K")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tune: bench: %w", err)
+	}
+	if t.benchOut != "" {
+		data, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(t.benchOut, append(data, '\n'), 0o644)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("tune: --bench-json: %w", err)
+		}
+	}
+	return rep, nil
 }
 
 // tuneBenchOptions are the bench tune runs: hybrid mode only (what the
