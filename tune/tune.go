@@ -139,85 +139,35 @@ func Choose(rep *bench.Report, o Options) (*Plan, error) {
 	if len(mechs) == 0 {
 		mechs = DefaultMechanisms
 	}
-	p := &Plan{Mode: bench.ModeStandalone}
-	if slices.ContainsFunc(rep.Results, func(r bench.Result) bool { return r.Mode == bench.ModeHybrid && r.Size > 0 }) {
-		p.Mode = bench.ModeHybrid
-	}
-	// Index the usable results by size, mechanism and workload.
-	type key struct {
-		size      int
-		mech, wkl string
-	}
-	res := map[key]bench.Result{}
-	var present []string
-	var sizeList []int
-	for _, r := range rep.Results {
-		if r.Size <= 0 || r.Mode != p.Mode || !slices.Contains(mechs, r.Mechanism) || !slices.Contains(sized, r.Workload) {
-			continue
-		}
-		res[key{r.Size, r.Mechanism, r.Workload}] = r
-		if !slices.Contains(sizeList, r.Size) {
-			sizeList = append(sizeList, r.Size)
-		}
-		if !slices.Contains(present, r.Workload) {
-			present = append(present, r.Workload)
-		}
-	}
-	if len(sizeList) == 0 {
+	m := index(rep, mechs)
+	if len(m.sizes) == 0 {
 		return nil, fmt.Errorf("%w: the report has no store, retrieve, update or delete results of %s", ErrNoResults, strings.Join(mechs, ", "))
 	}
-	slices.Sort(sizeList)
-	p.Workloads = o.Workloads
+	p := &Plan{Mode: m.mode, Workloads: o.Workloads}
 	if len(p.Workloads) == 0 {
-		p.Workloads = slices.DeleteFunc(slices.Clone(sized), func(w string) bool { return !slices.Contains(present, w) })
+		p.Workloads = slices.DeleteFunc(slices.Clone(sized), func(w string) bool { return !slices.Contains(m.workloads, w) })
 	}
 	for _, w := range p.Workloads {
-		if !slices.Contains(present, w) {
-			return nil, fmt.Errorf("%w: the floors apply to %s, but the report has no %s results (it has %s)", ErrNoResults, w, w, strings.Join(present, ", "))
+		if !slices.Contains(m.workloads, w) {
+			return nil, fmt.Errorf("%w: the floors apply to %s, but the report has no %s results (it has %s)", ErrNoResults, w, w, strings.Join(m.workloads, ", "))
 		}
 	}
 
 	var errs []error
 	var short []string // the classes where the floors are unreachable
-	for i, size := range sizeList {
+	for i, size := range m.sizes {
 		c := Class{Size: size, SizeLabel: humanize.IBytes(uint64(size)), Min: 1}
 		if i > 0 {
-			c.Min = boundary(sizeList[i-1], size) + 1
+			c.Min = boundary(m.sizes[i-1], size) + 1
 		}
-		if i+1 < len(sizeList) {
-			c.Max = boundary(size, sizeList[i+1])
+		if i+1 < len(m.sizes) {
+			c.Max = boundary(size, m.sizes[i+1])
 		}
-		for _, m := range mechs {
-			cand := Candidate{Mechanism: m, OpsPerSec: math.Inf(1), MiBPerSec: math.Inf(1)}
-			complete := true
-			for _, w := range p.Workloads {
-				r, ok := res[key{size, m, w}]
-				if !ok {
-					complete = false
-					break
-				}
-				cand.Rates = append(cand.Rates, Rate{Workload: w, OpsPerSec: r.OpsPerSec, MiBPerSec: r.MiBPerSec, Stalled: stalled(r)})
-				if r.OpsPerSec < cand.OpsPerSec {
-					cand.OpsPerSec, cand.OpsLimit = r.OpsPerSec, w
-				}
-				if w != bench.Delete && r.MiBPerSec < cand.MiBPerSec {
-					cand.MiBPerSec, cand.MiBLimit = r.MiBPerSec, w
-				}
+		for _, mech := range mechs {
+			if cand, ok := m.candidate(size, mech, p.Workloads); ok {
+				cand.Meets = cand.OpsPerSec >= o.MinOps && (o.MinMiBs == 0 || (cand.MiBLimit != "" && cand.MiBPerSec >= o.MinMiBs))
+				c.Candidates = append(c.Candidates, cand)
 			}
-			// The overhead of the stored state, whichever phase measured it.
-			for _, w := range sized {
-				if r, ok := res[key{size, m, w}]; ok {
-					cand.StorageOverhead = max(cand.StorageOverhead, r.StorageOverhead)
-				}
-			}
-			if !complete || cand.StorageOverhead <= 0 {
-				continue // not measured here: not a candidate
-			}
-			if math.IsInf(cand.MiBPerSec, 1) {
-				cand.MiBPerSec = 0 // deletes only: no value bytes
-			}
-			cand.Meets = cand.OpsPerSec >= o.MinOps && (o.MinMiBs == 0 || (cand.MiBLimit != "" && cand.MiBPerSec >= o.MinMiBs))
-			c.Candidates = append(c.Candidates, cand)
 		}
 		if len(c.Candidates) == 0 {
 			errs = append(errs, fmt.Errorf("%w: size class %s: no mechanism was measured in every workload of %s", ErrNoResults, c.SizeLabel, strings.Join(p.Workloads, ", ")))
@@ -238,6 +188,73 @@ func Choose(rep *bench.Report, o Options) (*Plan, error) {
 	p.Rules = rules(p.Classes)
 	p.weigh(o.Sample)
 	return p, nil
+}
+
+// measured are a report's usable results: of the candidate mechanisms, in
+// one mode, of the sized workloads.
+type measured struct {
+	// mode is hybrid where the report has it (what the thresholds will
+	// run in: every store reads first), else standalone.
+	mode      string
+	res       map[measure]bench.Result
+	sizes     []int    // ascending
+	workloads []string // present
+}
+
+type measure struct {
+	size           int
+	mech, workload string
+}
+
+func index(rep *bench.Report, mechs []string) *measured {
+	m := &measured{mode: bench.ModeStandalone, res: map[measure]bench.Result{}}
+	if slices.ContainsFunc(rep.Results, func(r bench.Result) bool { return r.Mode == bench.ModeHybrid && r.Size > 0 }) {
+		m.mode = bench.ModeHybrid
+	}
+	for _, r := range rep.Results {
+		if r.Size <= 0 || r.Mode != m.mode || !slices.Contains(mechs, r.Mechanism) || !slices.Contains(sized, r.Workload) {
+			continue
+		}
+		m.res[measure{r.Size, r.Mechanism, r.Workload}] = r
+		if !slices.Contains(m.sizes, r.Size) {
+			m.sizes = append(m.sizes, r.Size)
+		}
+		if !slices.Contains(m.workloads, r.Workload) {
+			m.workloads = append(m.workloads, r.Workload)
+		}
+	}
+	slices.Sort(m.sizes)
+	return m
+}
+
+// candidate gathers mech's figures at size: its rates in workloads, the
+// slowest of them, and its storage overhead. A mechanism not measured in
+// every one of workloads is no candidate.
+func (m *measured) candidate(size int, mech string, workloads []string) (Candidate, bool) {
+	cand := Candidate{Mechanism: mech, OpsPerSec: math.Inf(1), MiBPerSec: math.Inf(1)}
+	for _, w := range workloads {
+		r, ok := m.res[measure{size, mech, w}]
+		if !ok {
+			return Candidate{}, false
+		}
+		cand.Rates = append(cand.Rates, Rate{Workload: w, OpsPerSec: r.OpsPerSec, MiBPerSec: r.MiBPerSec, Stalled: stalled(r)})
+		if r.OpsPerSec < cand.OpsPerSec {
+			cand.OpsPerSec, cand.OpsLimit = r.OpsPerSec, w
+		}
+		if w != bench.Delete && r.MiBPerSec < cand.MiBPerSec {
+			cand.MiBPerSec, cand.MiBLimit = r.MiBPerSec, w
+		}
+	}
+	if math.IsInf(cand.MiBPerSec, 1) {
+		cand.MiBPerSec = 0 // deletes only: no value bytes
+	}
+	// The overhead of the stored state, whichever phase measured it.
+	for _, w := range sized {
+		if r, ok := m.res[measure{size, mech, w}]; ok {
+			cand.StorageOverhead = max(cand.StorageOverhead, r.StorageOverhead)
+		}
+	}
+	return cand, cand.StorageOverhead > 0
 }
 
 // choose returns the index of the candidate that meets the floors with

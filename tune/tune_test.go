@@ -239,3 +239,27 @@ func TestSample(t *testing.T) {
 		t.Errorf("weighting %q", p.Weighting)
 	}
 }
+
+// TestChooseStandaloneOnly: a report without hybrid results is chosen
+// from in standalone mode, and says so.
+func TestChooseStandaloneOnly(t *testing.T) {
+	rep := synthetic(known)
+	var only []bench.Result
+	for _, r := range rep.Results {
+		switch r.Mode {
+		case bench.ModeHybrid:
+			r.Mode = bench.ModeStandalone
+			only = append(only, r)
+		case bench.ModeRaw:
+			only = append(only, r)
+		}
+	}
+	rep.Results = only
+	p, err := Choose(rep, Options{MinOps: 4000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(choices(p), ","); p.Mode != bench.ModeStandalone || got != "replication,packing,splitting,splitting" {
+		t.Errorf("mode %s, chose %s", p.Mode, got)
+	}
+}
