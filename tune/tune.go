@@ -126,6 +126,9 @@ type Plan struct {
 	StorageOverhead float64 `json:"storage_overhead"`
 	// Weighting says where the weights come from.
 	Weighting string `json:"weighting"`
+	// Stalled counts the rates chosen from that the host stalled (see
+	// Rate.Stalled): the choice may then reflect the host's load.
+	Stalled int `json:"stalled"`
 }
 
 // sized are the workloads of fixed value sizes, in a run's order.
@@ -165,6 +168,11 @@ func Choose(rep *bench.Report, o Options) (*Plan, error) {
 		}
 		for _, mech := range mechs {
 			if cand, ok := m.candidate(size, mech, p.Workloads); ok {
+				for _, r := range cand.Rates {
+					if r.Stalled {
+						p.Stalled++
+					}
+				}
 				cand.Meets = cand.OpsPerSec >= o.MinOps && (o.MinMiBs == 0 || (cand.MiBLimit != "" && cand.MiBPerSec >= o.MinMiBs))
 				c.Candidates = append(c.Candidates, cand)
 			}

@@ -177,6 +177,9 @@ func TestChooseFloorsDetails(t *testing.T) {
 			}
 		}
 	}
+	if p.Stalled != 0 {
+		t.Errorf("%d stalled rates, want 0", p.Stalled)
+	}
 	// Equal value counts: weights ∝ size, overhead their weighted mean.
 	total := 64.0 + 1024 + 16384 + 262144
 	want := (64*4.49 + 1024*1.78 + 16384*1.52 + 262144*1.50) / total

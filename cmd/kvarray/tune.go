@@ -278,6 +278,10 @@ func (c *cli) tune(cmd *cobra.Command, t *tuneFlags) error {
 		return fmt.Errorf("tune: %w", err)
 	}
 	tr.Notes = notes
+	if plan.Stalled > 0 {
+		tr.Notes = append(tr.Notes, fmt.Sprintf("the host stalled the bench in %d of the phases chosen from (marked !): "+
+			"those numbers say more about the host's load than about the array; rerun on a quieter host", plan.Stalled))
+	}
 	switch {
 	case t.out != "":
 		tr.Config = tuneConfig{Path: t.out, Written: true, Merged: base != nil}

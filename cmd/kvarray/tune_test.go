@@ -50,6 +50,9 @@ func writeSyntheticBench(t *testing.T, dir string) string {
 				if w != bench.Delete {
 					r.MiBPerSec = f.ops[i] * float64(size) / (1 << 20)
 				}
+				if w == bench.Store && name == "splitting" && size == 1<<10 {
+					r.HostStallMs = 100 // 10% of the phase: marked
+				}
 				rep.Results = append(rep.Results, r)
 			}
 		}
@@ -75,7 +78,8 @@ func TestTuneOut(t *testing.T) {
 	b := writeSyntheticBench(t, dir)
 	out := ok(t, nil, "tune", "--from-json", b, "--min-ops", "3000", "--out", "tuned.yaml")
 	for _, want := range []string{"thresholds: 8KiB:packing,splitting", "predicted MTTDL", "predicted storage overhead",
-		"1.0 KiB  1 B–8.0 KiB", "config tuned.yaml written"} {
+		"1.0 KiB  1 B–8.0 KiB", "config tuned.yaml written",
+		"splitting    2500!", "note: the host stalled the bench in 1 of the phases chosen from (marked !)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
