@@ -33,6 +33,9 @@ var (
 	ErrNoResults = errors.New("no usable bench results")
 	// ErrUnreachable: in some size class no mechanism meets the floors.
 	ErrUnreachable = errors.New("throughput floor not reachable")
+	// ErrUnmeasured: thresholds send a size class to a mechanism the
+	// report has no figures for there.
+	ErrUnmeasured = errors.New("mechanism not measured")
 )
 
 // DefaultMechanisms are the candidates: the mechanisms that survive a
@@ -346,14 +349,68 @@ func (p *Plan) weigh(sample []SizeCount) {
 	if len(sample) > 0 {
 		p.Weighting = "the sample's user bytes in each size class"
 	}
-	p.StorageOverhead = 0
 	for i := range p.Classes {
-		c := &p.Classes[i]
 		if total > 0 {
-			c.Weight /= total
+			p.Classes[i].Weight /= total
 		}
-		p.StorageOverhead += c.Weight * c.chosen().StorageOverhead
 	}
+	p.StorageOverhead = p.overhead()
+}
+
+// overhead is the chosen overheads weighted by the classes' weights.
+func (p *Plan) overhead() float64 {
+	o := 0.0
+	for i := range p.Classes {
+		o += p.Classes[i].Weight * p.Classes[i].chosen().StorageOverhead
+	}
+	return o
+}
+
+// Under returns a copy of p with each class's choice made by other
+// thresholds, as the array makes it (the first rule whose Max is at least
+// the value's size, else def), floors met or not: to compare them, say a
+// config's current thresholds, on the same classes and weights.
+func (p *Plan) Under(rules []array.Rule, def string) (*Plan, error) {
+	q := *p
+	q.Rules = slices.Clone(rules)
+	q.Classes = make([]Class, len(p.Classes))
+	var missing []string
+	for i, c := range p.Classes {
+		c.Chosen = def
+		for _, r := range rules {
+			if r.Max == 0 || int64(c.Size) <= r.Max {
+				c.Chosen = r.RM
+				break
+			}
+		}
+		c.Candidates = slices.Clone(c.Candidates)
+		found := false
+		for j := range c.Candidates {
+			c.Candidates[j].Chosen = c.Candidates[j].Mechanism == c.Chosen
+			found = found || c.Candidates[j].Chosen
+		}
+		if !found {
+			missing = append(missing, fmt.Sprintf("%s at %s", c.Chosen, c.SizeLabel))
+		}
+		q.Classes[i] = c
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: %s", ErrUnmeasured, strings.Join(missing, ", "))
+	}
+	q.StorageOverhead = q.overhead()
+	return &q, nil
+}
+
+// Missed returns the size classes whose choice misses the floors (none
+// for a plan from Choose; see Under).
+func (p *Plan) Missed() []string {
+	var out []string
+	for i := range p.Classes {
+		if c := &p.Classes[i]; !c.chosen().Meets {
+			out = append(out, c.SizeLabel)
+		}
+	}
+	return out
 }
 
 // chosen returns the chosen candidate (zero if none).

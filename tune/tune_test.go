@@ -266,3 +266,39 @@ func TestChooseStandaloneOnly(t *testing.T) {
 		t.Errorf("mode %s, chose %s", p.Mode, got)
 	}
 }
+
+// TestUnder compares other thresholds on the same classes: init's default
+// ones (replication to 8 KiB, packing to 32 KiB, splitting above) put
+// 1 KiB values on replication and miss the floor at 16 KiB, where
+// packing's updates are too slow.
+func TestUnder(t *testing.T) {
+	p, err := Choose(synthetic(known), Options{MinOps: 4000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := p.Under([]array.Rule{{Max: 8 << 10, RM: "replication"}, {Max: 32 << 10, RM: "packing"}, {RM: "splitting"}}, "replication")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(choices(q), ","); got != "replication,replication,packing,splitting" {
+		t.Errorf("under init's thresholds: %s", got)
+	}
+	if m := q.Missed(); len(m) != 1 || m[0] != "16 KiB" {
+		t.Errorf("missed %v, want [16 KiB]", m)
+	}
+	if len(p.Missed()) != 0 || strings.Join(choices(p), ",") != "replication,packing,splitting,splitting" {
+		t.Errorf("Under changed the plan: %v, missed %v", choices(p), p.Missed())
+	}
+	w := func(i int) float64 { return p.Classes[i].Weight }
+	approx := w(0)*4.49 + w(1)*3.12 + w(2)*1.53 + w(3)*1.50
+	if math.Abs(q.StorageOverhead-approx) > 1e-12 || q.StorageOverhead <= p.StorageOverhead {
+		t.Errorf("overhead under init's thresholds %v, want %v (more than the plan's %v)", q.StorageOverhead, approx, p.StorageOverhead)
+	}
+	// Rules that stop short fall back to the default mechanism.
+	if q, err := p.Under([]array.Rule{{Max: 100, RM: "packing"}}, "splitting"); err != nil || strings.Join(choices(q), ",") != "packing,splitting,splitting,splitting" {
+		t.Errorf("under rules with a default: %v, %v", err, q)
+	}
+	if _, err := p.Under(nil, "hashing"); !errors.Is(err, ErrUnmeasured) || !strings.Contains(err.Error(), "hashing at 64 B") {
+		t.Errorf("under hashing: %v", err)
+	}
+}

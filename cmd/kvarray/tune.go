@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/kvarray/kvarray/array"
 	"github.com/kvarray/kvarray/bench"
 	"github.com/kvarray/kvarray/config"
 	"github.com/kvarray/kvarray/mechanism/packing"
@@ -43,8 +44,23 @@ type tuneReport struct {
 	// Sample says where the sample of value sizes came from, if any.
 	Sample *tuneSample `json:"sample,omitempty"`
 	MTTDL  tuneMTTDL   `json:"mttdl"`
-	Config tuneConfig  `json:"config"`
-	Notes  []string    `json:"notes,omitempty"`
+	// Compared are the thresholds the result replaces (the config's, or
+	// init's defaults) on the same classes.
+	Compared tuneCompared `json:"compared"`
+	Config   tuneConfig   `json:"config"`
+	Notes    []string     `json:"notes,omitempty"`
+}
+
+// tuneCompared are other thresholds' figures on the same classes.
+type tuneCompared struct {
+	What            string   `json:"what"`
+	Thresholds      string   `json:"thresholds"`
+	StorageOverhead float64  `json:"storage_overhead,omitempty"`
+	MTTDLYears      float64  `json:"mttdl_years,omitempty"`
+	Missed          []string `json:"below_floors,omitempty"` // size classes
+	// Error says why they could not be compared (a mechanism the bench
+	// did not measure).
+	Error string `json:"error,omitempty"`
 }
 
 type tuneSample struct {
@@ -272,6 +288,8 @@ func (c *cli) tune(cmd *cobra.Command, t *tuneFlags) error {
 	if tr.MTTDL, err = predictMTTDL(plan, rep.Options, in, rates, t.rate); err != nil {
 		return fmt.Errorf("tune: %w", err)
 	}
+
+	tr.Compared = compareTune(plan, base, rep.Options, in, rates, t.rate)
 
 	cfg, notes, err := tunedConfig(base, plan, rep.Options)
 	if err != nil {
@@ -580,6 +598,41 @@ func predictMTTDL(p *tune.Plan, o bench.Options, in mttdlInputs, rates map[strin
 	return res, nil
 }
 
+// compareTune evaluates the thresholds the plan replaces: base's, or
+// without one those of init's default config for the bench's devices.
+func compareTune(p *tune.Plan, base *config.Config, o bench.Options, in mttdlInputs, rates map[string]float64, rate float64) tuneCompared {
+	res := tuneCompared{What: "the config's thresholds"}
+	cfg := base
+	if cfg == nil {
+		res.What = "kvarray init's default thresholds"
+		cfg = config.Default("data", o.Devices)
+	}
+	var rules []array.Rule
+	if cfg.Mode == "hybrid" {
+		for _, t := range cfg.Thresholds {
+			r := array.Rule{RM: t.RM}
+			if t.Max != nil {
+				r.Max = int64(*t.Max)
+			}
+			rules = append(rules, r)
+		}
+	} else {
+		res.What = "the config's standalone mode"
+	}
+	under, err := p.Under(rules, cfg.Default)
+	if err == nil {
+		res.Thresholds = thresholdList(under)
+		var m tuneMTTDL
+		if m, err = predictMTTDL(under, o, in, rates, rate); err == nil {
+			res.StorageOverhead, res.MTTDLYears, res.Missed = under.StorageOverhead, m.MTTDLYears, under.Missed()
+		}
+	}
+	if err != nil {
+		res.Error = err.Error()
+	}
+	return res
+}
+
 // tunedConfig is base (or, without one, init's default config on the
 // bench's number of devices and with its geometry) in hybrid mode with the
 // plan's thresholds. A base whose geometry differs from the bench's for a
@@ -700,6 +753,17 @@ func printTune(out io.Writer, tr tuneReport) error {
 		w.row(c.SizeLabel, c.Mechanism.String(), fmt.Sprintf("%.1f%%", 100*weight[c.SizeLabel]), fmt.Sprintf("%.1f%%", 100*c.DeviceShare), fmt.Sprintf("%.3g", c.MTTDLYears))
 	}
 	w.flush()
+	b.WriteString("\n")
+	if cm := tr.Compared; cm.Error != "" {
+		fmt.Fprintf(&b, "compared: not with %s: %s\n", cm.What, cm.Error)
+	} else {
+		below := "meeting the floors"
+		if len(cm.Missed) > 0 {
+			below = "below the floors at " + strings.Join(cm.Missed, ", ")
+		}
+		fmt.Fprintf(&b, "compared: %s (%s) give: storage overhead %.2f, MTTDL %.3g years, %s\n",
+			cm.What, cm.Thresholds, cm.StorageOverhead, cm.MTTDLYears, below)
+	}
 	for _, n := range tr.Notes {
 		fmt.Fprintf(&b, "\nnote: %s\n", n)
 	}

@@ -79,7 +79,7 @@ func TestTuneOut(t *testing.T) {
 	out := ok(t, nil, "tune", "--from-json", b, "--min-ops", "3000", "--out", "tuned.yaml")
 	for _, want := range []string{"thresholds: 8KiB:packing,splitting", "predicted MTTDL", "predicted storage overhead",
 		"1.0 KiB  1 B–8.0 KiB", "config tuned.yaml written",
-		"splitting    2500!", "note: the host stalled the bench in 1 of the phases chosen from (marked !)"} {
+		"splitting    2500!", "compared: kvarray init's default thresholds (8KiB:replication,32KiB:packing,splitting) give: storage overhead 1.52, MTTDL", "note: the host stalled the bench in 1 of the phases chosen from (marked !)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -122,7 +122,7 @@ func TestTuneMerge(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := ok(t, nil, "tune", "--config", "kvarray.yaml", "--from-json", b, "--min-ops", "3000")
-	if !strings.Contains(out, "config kvarray.yaml written with these thresholds") {
+	if !strings.Contains(out, "config kvarray.yaml written with these thresholds") || !strings.Contains(out, "compared: the config's thresholds (8KiB:replication,32KiB:packing,splitting) give") {
 		t.Errorf("output:\n%s", out)
 	}
 	if fi, err := os.Stat("kvarray.yaml"); err != nil || fi.Mode().Perm() != 0o600 {
@@ -212,6 +212,11 @@ func TestTuneJSON(t *testing.T) {
 	approx(t, "overhead", tr.Plan.StorageOverhead, w*1.8+(1-w)*1.5, 1e-12)
 	dev := w*1.8 + (1-w)*1.5
 	approx(t, "1 KiB device share", tr.MTTDL.Classes[0].DeviceShare, w*1.8/dev, 1e-12)
+	// init's thresholds put 1 KiB on replication (3.1×).
+	if c := tr.Compared; c.Error != "" || len(c.Missed) != 0 || c.MTTDLYears <= 0 {
+		t.Errorf("compared: %+v", c)
+	}
+	approx(t, "init's overhead", tr.Compared.StorageOverhead, w*3.1+(1-w)*1.5, 1e-12)
 	loss := 0.0
 	for _, c := range tr.MTTDL.Classes {
 		loss += 1 / c.MTTDLYears
