@@ -472,15 +472,15 @@ func readSample(path string) ([]tune.SizeCount, error) {
 }
 
 // sampleServer samples the value sizes of a running Redis-protocol server
-// (kvarray serve, Redis): the STRLEN of up to max string keys of the
-// URL's database, as SCAN lists them (a key SCAN returns twice counts
+// (kvarray serve, Redis): the STRLEN of up to limit string keys of the
+// database of addr (a redis:// URL, or HOST:PORT), as SCAN lists them (a key SCAN returns twice counts
 // twice; empty values are left out). The server keeps no histogram of
 // its own, so this is a pass over the keys, pipelined a page at a time.
-func sampleServer(ctx context.Context, url string, max int) ([]tune.SizeCount, error) {
-	if !strings.Contains(url, "://") {
-		url = "redis://" + url
+func sampleServer(ctx context.Context, addr string, limit int) ([]tune.SizeCount, error) {
+	if !strings.Contains(addr, "://") {
+		addr = "redis://" + addr
 	}
-	opt, err := goredis.ParseURL(url)
+	opt, err := goredis.ParseURL(addr)
 	if err != nil {
 		return nil, fmt.Errorf("--sample-from: %w (want redis://[:PASSWORD@]HOST:PORT/DB)", err)
 	}
@@ -496,7 +496,7 @@ func sampleServer(ctx context.Context, url string, max int) ([]tune.SizeCount, e
 		if err != nil {
 			return nil, fmt.Errorf("--sample-from %s: SCAN: %w", opt.Addr, err)
 		}
-		keys = keys[:min(len(keys), max-seen)]
+		keys = keys[:min(len(keys), limit-seen)]
 		pipe := rdb.Pipeline()
 		lens := make([]*goredis.IntCmd, len(keys))
 		for i, k := range keys {
@@ -515,7 +515,7 @@ func sampleServer(ctx context.Context, url string, max int) ([]tune.SizeCount, e
 			}
 		}
 		seen += len(keys)
-		if cursor = next; cursor == 0 || seen >= max {
+		if cursor = next; cursor == 0 || seen >= limit {
 			break
 		}
 	}
