@@ -104,7 +104,7 @@ func (p *Placement) Place(h uint64, s int) (primary int, point uint64) {
 	if p.weight == nil {
 		return int((h + uint64(s)) % uint64(p.n)), 0
 	}
-	x, _ := bits.Mul64(h, p.total) // uniform in [0, total)
+	x, _ := bits.Mul64(h, p.total)       // uniform in [0, total)
 	x = (x + uint64(s)*p.step) % p.total // s < 2^16: no overflow
 	return p.owner(x), x
 }
