@@ -20,11 +20,11 @@ import (
 )
 
 // sizedDevices returns mem devices of the given capacities.
-func sizedDevices(caps []int64) ([]*mem.Device, []device.Device) {
+func sizedDevices(caps []int64, opts ...mem.Option) ([]*mem.Device, []device.Device) {
 	var mems []*mem.Device
 	var devs []device.Device
 	for i, c := range caps {
-		m := mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)), mem.WithCapacity(c))
+		m := mem.New(append([]mem.Option{mem.WithName(fmt.Sprintf("mem:dev%d", i)), mem.WithCapacity(c)}, opts...)...)
 		mems = append(mems, m)
 		devs = append(devs, m)
 	}
@@ -188,12 +188,7 @@ func TestLegacyArrayOpens(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Devices of different sizes: the header, not the sizes, decides.
-	mems := make([]*mem.Device, 5)
-	devs := make([]device.Device, 5)
-	for i := range mems {
-		mems[i] = mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)), mem.WithCapacity(int64(1+i)<<20), mem.WithLimits(device.Limits{MaxValueLen: 2048}))
-		devs[i] = mems[i]
-	}
+	mems, devs := sizedDevices([]int64{1 << 20, 2 << 20, 3 << 20, 4 << 20, 5 << 20}, mem.WithLimits(device.Limits{MaxValueLen: 2048}))
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		var dev int
 		var k, v string
@@ -235,10 +230,11 @@ func TestLegacyArrayOpens(t *testing.T) {
 // TestWeightedPlacement: on a weighted array every piece goes where the
 // placement says (pieces of one split on distinct devices), the weights
 // survive a reopen, and a rebuild of the largest device restores its
-// pieces, after which the array survives the loss of two others.
+// pieces (huge values' splits included), after which the array survives
+// the loss of two others.
 func TestWeightedPlacement(t *testing.T) {
 	ctx := context.Background()
-	mems, devs := sizedDevices([]int64{1 << 20, 1 << 20, 2 << 20, 1 << 20, 1 << 20, 1 << 20, 1 << 20, 1 << 20})
+	mems, devs := sizedDevices([]int64{4 << 20, 4 << 20, 8 << 20, 4 << 20, 4 << 20, 4 << 20, 4 << 20, 4 << 20}, mem.WithLimits(device.Limits{MaxValueLen: 4096}))
 	opts := []Option{WithMechanisms(replication.New(3), splitting.New(2, 2)), WithMode(Hybrid),
 		WithRules(Rule{Max: 1000, RM: "replication"}, Rule{RM: "splitting"})}
 	a, err := Create(ctx, devs, opts...)
@@ -248,7 +244,7 @@ func TestWeightedPlacement(t *testing.T) {
 	r := &rig{t: t, a: a, mems: mems, devs: devs, opts: opts}
 	t.Cleanup(func() { _ = r.a.Close() })
 	want := a.Weights()
-	if !slices.Equal(want, []uint64{1 << 20, 1 << 20, 2 << 20, 1 << 20, 1 << 20, 1 << 20, 1 << 20, 1 << 20}) {
+	if !slices.Equal(want, []uint64{4 << 20, 4 << 20, 8 << 20, 4 << 20, 4 << 20, 4 << 20, 4 << 20, 4 << 20}) {
 		t.Fatalf("weights %v, want the capacities", want)
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -257,6 +253,9 @@ func TestWeightedPlacement(t *testing.T) {
 	for i := range 300 {
 		key := fmt.Sprintf("key-%d", i)
 		vals[key] = randBytes(rng, 10+rng.IntN(6000))
+		if i%50 == 0 {
+			vals[key] = randBytes(rng, 100<<10) // 13 splits
+		}
 		r.mustStore(key, vals[key])
 		w := 3
 		if len(vals[key]) > 1000 {

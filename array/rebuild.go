@@ -435,7 +435,10 @@ func (a *Array) onDevice(user []byte, split int, h *format.Header, dev int) bool
 	if s >= int(max(h.Splits, 1)) || a.splitKey(user, s, h.Version).Split != split {
 		return false
 	}
-	for first := 0; first < int(max(h.Splits, 1)) && first < n; first++ {
+	// Unweighted, the spans of splits n.. repeat those of splits 0..n-1;
+	// weighted, the splits' points need not come round so soon.
+	weighted := a.env.Placement().Weighted()
+	for first := 0; first < int(max(h.Splits, 1)) && (first < n || weighted); first++ {
 		if a.offset(user, first, dev) < m.Width() {
 			return first == s
 		}
