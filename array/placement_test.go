@@ -160,12 +160,17 @@ func TestFullRefusal(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for n := 0; ; n++ {
 		key := fmt.Appendf(nil, "key-%d", n)
-		err := a.Store(ctx, key, make([]byte, 64+rng.IntN(4<<10)))
+		val := randBytes(rng, 64+rng.IntN(4<<10))
+		err := a.Store(ctx, key, val)
 		if err == nil {
 			continue
 		}
 		if !errors.Is(err, device.ErrNoSpace) {
 			t.Fatalf("store %d: %v, want device.ErrNoSpace", n, err)
+		}
+		// A failed store's outcome is undetermined, never an error.
+		if got, err := a.Retrieve(ctx, key); err != nil && !errors.Is(err, ErrNotFound) || err == nil && !bytes.Equal(got, val) {
+			t.Fatalf("after the refused store: %d bytes, %v", len(got), err)
 		}
 		f := fills(t, mems)
 		t.Logf("first refusal after %d stores, used/capacity %.3f", n, f)

@@ -173,3 +173,30 @@ func TestOrder(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPlacement measures what placement adds to every operation:
+// placing a split and listing its first three devices.
+func BenchmarkPlacement(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		w    []uint64
+	}{
+		{"unweighted-12", nil},
+		{"weighted-12", []uint64{2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			p, _ := NewPlacement(12, tc.w)
+			sum := 0
+			for i := range b.N {
+				primary, x := p.Place(uint64(i)*0x9E3779B97F4A7C15, 0)
+				k := Key{Primary: primary, Point: x}
+				for j := range 3 {
+					sum += p.At(k, j)
+				}
+			}
+			if sum < 0 {
+				b.Fatal(sum)
+			}
+		})
+	}
+}
