@@ -34,15 +34,23 @@ func sizedDevices(caps []int64, opts ...mem.Option) ([]*mem.Device, []device.Dev
 // fills returns each device's used/capacity.
 func fills(t *testing.T, mems []*mem.Device) []float64 {
 	t.Helper()
+	out, err := fillsOf(mems)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func fillsOf(mems []*mem.Device) ([]float64, error) {
 	out := make([]float64, len(mems))
 	for i, m := range mems {
 		info, err := m.Info(context.Background())
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		out[i] = float64(info.Used) / float64(info.Capacity)
 	}
-	return out
+	return out, nil
 }
 
 // TestEvenFill is issue 13's "Done means": an array with one device twice
@@ -120,8 +128,11 @@ func fillTo(t *testing.T, a *Array, mems []*mem.Device, target float64, lo, hi i
 					return
 				}
 				if n%16 == 0 {
-					f := fills(t, mems)
+					f, err := fillsOf(mems)
 					mu.Lock()
+					if err != nil {
+						failed = err
+					}
 					for i, x := range f {
 						if x >= target && !a.isLargest(i) {
 							done = true
@@ -296,5 +307,35 @@ func TestWeightedPlacement(t *testing.T) {
 	mems[5].Fail()
 	for key, v := range vals {
 		r.mustRead(key, v)
+	}
+}
+
+// TestWeightsDisagree: a device whose header records other weights than
+// the others' is refused at open (the array cannot tell which place the
+// keys), and a weighted header survives encoding.
+func TestWeightsDisagree(t *testing.T) {
+	ctx := context.Background()
+	mems, devs := sizedDevices([]int64{1 << 20, 2 << 20, 1 << 20, 1 << 20, 1 << 20})
+	a, err := Create(ctx, devs, WithMechanisms(replication.New(3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := mems[3].Retrieve(ctx, headerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := decodeHeader(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(h.weights, a.Weights()) || h.pos != 3 {
+		t.Fatalf("device 3's header: weights %v position %d, the array's weights %v", h.weights, h.pos, a.Weights())
+	}
+	h.weights[0]++
+	if err := mems[3].Store(ctx, headerKey, h.encode()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(ctx, devs, WithMechanisms(replication.New(3))); err == nil || !strings.Contains(err.Error(), "device 3 (mem:dev3) records placement weights") {
+		t.Fatalf("open with a device of other weights: %v", err)
 	}
 }
