@@ -25,8 +25,8 @@ import (
 //	21  8    epoch: the array's epoch when this header was written
 //	29  8·N  per device, the newest epoch this device knows that device's
 //	         own header to hold
-//	29+8·N  8·N  per device, its placement weight (weighted arrays only:
-//	         see placement.go; absent, the placement is unweighted)
+//	29+8·N   8·N  per device, its placement weight (weighted arrays
+//	              only, see placement.go; absent: unweighted placement)
 //
 // The position makes the circular device order part of the array's
 // identity: placement depends on it, so a shuffled order must be refused.
@@ -200,11 +200,11 @@ func verifyHeaders(ctx context.Context, env *mechanism.Env) (header, []error, er
 		return header{}, nil, fmt.Errorf("devices hold headers of %d different arrays in equal numbers: cannot tell which array this is", len(votes))
 	}
 	arr := header{id: id, n: env.N(), vec: make([]uint64, env.N())}
-	weighed := false
+	ref := -1 // the device whose weights the others must record
 	for i := range hs {
 		if errs[i] == nil && hs[i].id == id && hs[i].n == env.N() {
-			if !weighed {
-				arr.weights, weighed = hs[i].weights, true
+			if ref < 0 {
+				arr.weights, ref = hs[i].weights, i
 			}
 			arr.epoch = max(arr.epoch, hs[i].epoch)
 			for j, e := range hs[i].vec {
@@ -243,7 +243,7 @@ func verifyHeaders(ctx context.Context, env *mechanism.Env) (header, []error, er
 		case !slices.Equal(hs[i].weights, arr.weights):
 			// Never written so by the array: which weights place the
 			// keys cannot be told.
-			bad = append(bad, fmt.Errorf("device %d (%s) records placement weights %v, device(s) before it %v", i, env.Name(i), hs[i].weights, arr.weights))
+			bad = append(bad, fmt.Errorf("device %d (%s) records placement weights %v, device %d %v", i, env.Name(i), hs[i].weights, ref, arr.weights))
 		default:
 			arr.flags |= hs[i].flags &^ flagRebuilding
 			if hs[i].flags&flagRebuilding != 0 {

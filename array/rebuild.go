@@ -315,8 +315,8 @@ func (a *Array) rebuildEstimate(ctx context.Context, i int) int64 {
 // scanItems emits, in internal key order from just after done, one item
 // per data key that may have a piece on device i: the keys on the devices
 // that can share a split with i (see sharesSplits) whose placement span
-// can cover i, merged across those devices. With headers (every neighbour that holds the key a
-// device.Scanner), a key is emitted only when its own mechanism puts a
+// can cover i, merged across those devices. With headers (every neighbour
+// that holds the key a device.Scanner), a key is emitted only when its own mechanism puts a
 // piece on i, and a huge value once, for its first split that does.
 func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechanism.Watch, gen uint64, emit func(healItem) bool) error {
 	n := a.env.N()

@@ -1,10 +1,10 @@
 // Package splitting is the Splitting mechanism (KVMD's RAID 6 counterpart):
 // one split's user bytes are cut into k equal data shards, r parity shards
 // are computed with an erasure code, and the k+r shards are stored under the
-// split's data key on the k+r consecutive devices from its primary, shard i
-// on device Primary+i (mod N). Any k good shards of one write rebuild the
-// split; more than r bad ones are reported as data loss, never as wrong
-// bytes.
+// split's data key on the k+r devices of its placement, shard i on the
+// device at offset i (Env.At: Primary+i mod N on an unweighted array).
+// Any k good shards of one write rebuild the split; more than r bad ones
+// are reported as data loss, never as wrong bytes.
 //
 // Every shard is a complete internal value (format.Header ‖ RM fields ‖
 // shard bytes) with RM format.RMSplitting, EC erasure.ReedSolomon and
