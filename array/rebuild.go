@@ -252,6 +252,12 @@ func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (Rebuild
 	if err := a.env.CatchUpRecords(ctx, i); err != nil {
 		return rep, fmt.Errorf("rebuild device %d (%s): delete the records it holds that were cleared: %w", i, rep.Name, err)
 	}
+	// Deferred work is done first (Packing's delta log folded into its
+	// parities, emptied sets deleted): a rebuild then restores parities,
+	// not what a log would have changed, and no set it cannot list (an
+	// empty one) is left with a parity missing. What fails to settle (a
+	// set short of a device) is left to the log and repaired as usual.
+	_ = a.Settle(ctx)
 	done, skipped := a.checkpoint(ctx, i)
 	// Writes to i from here on are tracked: a key written since the scan
 	// began is restored from what the devices hold then, not from what

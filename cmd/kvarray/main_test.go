@@ -32,7 +32,7 @@ func ok(t *testing.T, stdin []byte, args ...string) string {
 	t.Helper()
 	r := kv(t, stdin, args...)
 	if r.code != 0 || r.stderr != "" {
-		t.Fatalf("kvarray %s: exit %d, stderr %q", strings.Join(args, " "), r.code, r.stderr)
+		t.Fatalf("kvarray %s: exit %d, stderr %q, stdout %.2000s", strings.Join(args, " "), r.code, r.stderr, r.stdout)
 	}
 	return r.stdout
 }

@@ -1292,18 +1292,14 @@ func (m *Mechanism) rewriteBad(ctx context.Context, st *setState, own func(*memb
 	// fold it in; a check (dry run) does not count them as repairs.
 	folds := 0
 	fold := func(j int) bool { return !st.bad[st.g.k+j] && st.logged[j] }
-	if len(st.f.members) == 0 {
-		// Every member moved on: the set is gone.
-		for j, d := range st.g.parity {
-			if !fold(j) {
-				ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: setKey(st.g.set)}})
-			}
-		}
-		for j, d := range st.g.parity {
-			if fold(j) && !mechanism.DryRunning(ctx) {
-				ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: setKey(st.g.set)}})
-				folds++
-			}
+	if len(st.f.members) == 0 && !mechanism.DryRunning(ctx) {
+		// Every member moved on: the set is gone. Deleting its parities
+		// is housekeeping, whatever state they are in (one missing from
+		// a rebuilt device, which nothing restores for an empty set), not
+		// a repair: a check does not count it.
+		for _, d := range st.g.parity {
+			ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: setKey(st.g.set)}})
+			folds++
 		}
 	}
 	for _, mb := range st.f.members {
