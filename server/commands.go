@@ -328,7 +328,7 @@ func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *res
 	cl.last.Store(time.Now().UnixNano())
 	w := out
 	if w == nil {
-		w = &respWriter{rc: rc, proto: cl.proto, unsent: &cl.unsent}
+		w = &respWriter{rc: rc, proto: cl.proto, cl: cl}
 		switch cl.replyMode {
 		case replyOff:
 			w.rc = nil // collected and dropped

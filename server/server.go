@@ -474,6 +474,7 @@ func (s *Server) track(nc net.Conn) *conn {
 		laddr:   nc.LocalAddr().String(),
 		created: now,
 		proto:   2,
+		replies: newReplyEstimate(),
 	}
 	c.last.Store(now.UnixNano())
 	c.g = guard{maxBulk: s.o.maxBulk, maxQuery: s.o.maxRequest, maxArgs: DefaultMaxArgs, nonce: s.nonce,
@@ -510,7 +511,8 @@ func (s *Server) accepted(rc redcon.Conn) bool {
 type conn struct {
 	net.Conn
 	s       *Server
-	unsent  int // reply bytes not yet flushed (respWriter); the connection's goroutine only
+	unsent  int           // reply bytes not yet flushed (respWriter); the connection's goroutine only
+	replies replyEstimate // sizes its concurrent runs (pipeline.go); the connection's goroutine only
 	g       guard
 	pending []byte // guard output that did not fit the caller's buffer
 	perr    error  // protocol error to report once pending is delivered
