@@ -1,0 +1,178 @@
+package server
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// liveHeap is the heap in use after a collection: what the process holds.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapInuse)
+}
+
+// heldWhileStalled sends cmds on a new connection without reading the
+// replies, waits until the server has done what it can (its heap stops
+// changing), and returns how much more heap the process holds than before,
+// then reads the n replies and returns them.
+func heldWhileStalled(t *testing.T, ts *testServer, cmds []byte, n int) (int64, []reply) {
+	t.Helper()
+	before := liveHeap()
+	c := ts.dial()
+	c.send(cmds)
+	// The server blocks once the socket's buffers are full; until then the
+	// heap moves. Wait for three equal readings (or give up after 10 s:
+	// the reading is then the most the server got to hold).
+	var held, prev int64
+	for same, deadline := 0, time.Now().Add(10*time.Second); same < 3 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		h := liveHeap() - before
+		if same++; h-prev > 1<<20 || prev-h > 1<<20 {
+			same = 0
+		}
+		held, prev = max(held, h), h
+	}
+	replies := make([]reply, n)
+	for i := range replies {
+		replies[i] = c.read()
+	}
+	return held, replies
+}
+
+// TestLargeRepliesBounded: a client that pipelines reads of 4 MiB values
+// of different keys (or MGETs them) and does not read the replies makes
+// the server hold a few replies, not the sixteen a pipeline window or an
+// MGET chunk used to read at once (64 MiB), nor a copy of each; the
+// replies then arrive whole and in order.
+func TestLargeRepliesBounded(t *testing.T) {
+	ts := startServer(t, "")
+	c := ts.dial()
+	const keys = 16
+	vals := make([]string, keys)
+	for i := range vals {
+		vals[i] = string(randomBytes(uint64(i), 4<<20))
+		if r := c.do("SET", fmt.Sprintf("big%d", i), vals[i]); r.str != "OK" {
+			t.Fatal(r)
+		}
+	}
+	if r := c.do("SET", "small", "s"); r.str != "OK" {
+		t.Fatal(r)
+	}
+	// The keys read, in order, and the value each should return (nil:
+	// none).
+	var order []string
+	want := map[string]*string{"small": new("s"), "nokey": nil}
+	for i := range 3 * keys {
+		k := fmt.Sprintf("big%d", i%keys)
+		want[k] = &vals[i%keys]
+		switch {
+		case i%7 == 6:
+			k = "small"
+		case i == 3*keys-1:
+			k = "nokey"
+		}
+		order = append(order, k)
+	}
+	check := func(what string, i int, r reply) {
+		t.Helper()
+		switch w := want[order[i]]; {
+		case w == nil && !r.null, w != nil && r.str != *w:
+			t.Fatalf("%s: reply %d (%s): %d bytes, null %v", what, i, order[i], len(r.str), r.null)
+		}
+	}
+	// A window of 16 or a chunk of 16 holds 64 MiB; within the budget,
+	// about 16 MiB (4 replies) and the one being sent.
+	const limit = 40 << 20
+
+	var pipe []byte
+	for _, k := range order {
+		pipe = append(pipe, encode("GET", k)...)
+	}
+	held, replies := heldWhileStalled(t, ts, pipe, len(order))
+	t.Logf("pipelined GETs: %d MiB held while the client did not read", held>>20)
+	if held > limit {
+		t.Errorf("the server held %d MiB for a client that did not read its pipelined GETs of 4 MiB values", held>>20)
+	}
+	for i, r := range replies {
+		check("GET", i, r)
+	}
+
+	held, replies = heldWhileStalled(t, ts, encode(append([]string{"MGET"}, order...)...), 1)
+	t.Logf("MGET: %d MiB held while the client did not read", held>>20)
+	if held > limit {
+		t.Errorf("the server held %d MiB for a client that did not read an MGET of 4 MiB values", held>>20)
+	}
+	if len(replies[0].elems) != len(order) {
+		t.Fatalf("MGET: %d elements, want %d", len(replies[0].elems), len(order))
+	}
+	for i, e := range replies[0].elems {
+		check("MGET", i, e)
+	}
+}
+
+// TestLargeRepliesEveryPath: a value past the size that is sent from the
+// value itself comes back whole through every way a reply is made:
+// written through, collected in a concurrent run, inside EXEC, in RESP3,
+// after CLIENT REPLY OFF, mixed with small replies in one pipeline.
+func TestLargeRepliesEveryPath(t *testing.T) {
+	ts := startServer(t, "")
+	c := ts.dial()
+	vals := map[string]string{
+		"edge": string(randomBytes(3, bigBulk)),
+		"less": string(randomBytes(4, bigBulk-1)),
+		"huge": string(randomBytes(5, 3<<20)),
+	}
+	for k, v := range vals {
+		if r := c.do("SET", k, v); r.str != "OK" {
+			t.Fatal(r)
+		}
+	}
+	script := []struct {
+		cmd  []string
+		want string
+	}{
+		{[]string{"GET", "edge"}, vals["edge"]},
+		{[]string{"GET", "less"}, vals["less"]},
+		{[]string{"GET", "huge"}, vals["huge"]},
+		{[]string{"GETRANGE", "huge", "1", "-2"}, vals["huge"][1 : len(vals["huge"])-1]},
+		{[]string{"GET", "missing"}, "<nil>"},
+		{[]string{"CLIENT", "REPLY", "OFF"}, ""},
+		{[]string{"GET", "huge"}, ""},
+		{[]string{"CLIENT", "REPLY", "ON"}, "OK"},
+		{[]string{"MULTI"}, "OK"},
+		{[]string{"GET", "huge"}, "QUEUED"},
+		{[]string{"GET", "edge"}, "QUEUED"},
+		{[]string{"EXEC"}, "[" + vals["huge"] + " " + vals["edge"] + "]"},
+		{[]string{"MGET", "less", "huge", "missing"}, "[" + vals["less"] + " " + vals["huge"] + " <nil>]"},
+		{[]string{"HELLO", "3"}, ""},
+		{[]string{"GET", "huge"}, vals["huge"]},
+		{[]string{"GET", "edge"}, vals["edge"]},
+		{[]string{"PING"}, "PONG"},
+	}
+	var pipe []byte
+	for _, s := range script {
+		pipe = append(pipe, encode(s.cmd...)...)
+	}
+	c.send(pipe)
+	for _, s := range script {
+		if s.want == "" && s.cmd[0] != "HELLO" {
+			continue // no reply
+		}
+		r := c.read()
+		if s.cmd[0] == "HELLO" {
+			continue
+		}
+		if got := flat(r); got != s.want {
+			t.Errorf("%s: %d bytes (%q…), want %d", strings.Join(s.cmd, " "), len(got), got[:min(len(got), 20)], len(s.want))
+		}
+	}
+	if !bytes.Equal([]byte(flat(c.do("GET", "huge"))), []byte(vals["huge"])) {
+		t.Error("GET huge after the pipeline")
+	}
+}
