@@ -73,12 +73,18 @@ type guard struct {
 	held    *atomic.Int64
 	maxHeld int64
 	mine    atomic.Int64 // this guard's part of held (release may run on another goroutine)
+	// peak is the most bytes one command of the connection held: redcon
+	// keeps a read buffer of about that size until the connection ends.
+	peak atomic.Int64
 }
 
 // reserve counts n more bytes of the current command, against the
 // command's limit and the server's.
 func (g *guard) reserve(n int64) error {
 	g.query += n
+	if g.query > g.peak.Load() {
+		g.peak.Store(g.query)
+	}
 	if g.query > g.maxQuery {
 		return &protocolError{fmt.Sprintf("request of more than %d bytes (the server's query limit)", g.maxQuery)}
 	}

@@ -101,8 +101,10 @@ const (
 	// Redis's client-query-buffer-limit.
 	DefaultMaxRequest = 1 << 30
 	// DefaultMaxInput is the default limit on the bytes of unfinished
-	// commands held across all connections.
-	DefaultMaxInput = 2 << 30
+	// commands held across all connections: one request of the largest
+	// size, or two 400 MB values half sent (about 250 MB held each), keep
+	// the server under 1 GB (bench/memory.sh).
+	DefaultMaxInput = 1 << 30
 	// DefaultMaxArgs is the most arguments one command may have.
 	DefaultMaxArgs = 1 << 20
 	// minBulk is the smallest bulk limit the server uses: keys, patterns,
@@ -156,7 +158,7 @@ func WithMaxRequest(n int64) Option { return func(o *options) { o.maxRequest = n
 // whole from its header on) the server holds across all connections; the
 // connection whose command would pass it is ended with a protocol error,
 // so that many clients sending large values at once cannot exhaust
-// memory. Default 2 GiB; never less than the request limit.
+// memory. Default 1 GiB; never less than the request limit.
 func WithMaxInput(n int64) Option { return func(o *options) { o.maxInput = n } }
 
 // WithErrorLog sets where the server logs what no client can be told:
@@ -170,16 +172,17 @@ func WithDatabases(n int) Option { return func(o *options) { o.databases = n } }
 
 // Server serves one array over RESP2 and RESP3. Create it with New.
 type Server struct {
-	inputHeld atomic.Int64 // bytes of unfinished commands, all connections (guard)
-	a         *array.Array
-	o         options
-	maxValue  int64
-	nonce     [nonceLen]byte
-	runID     [20]byte // INFO's run_id
-	cmds      map[string]*entry
-	locks     *keylock.Table
-	started   time.Time
-	version   string
+	inputHeld  atomic.Int64 // bytes of unfinished commands, all connections (guard)
+	givingBack atomic.Bool  // a giveBack is pending
+	a          *array.Array
+	o          options
+	maxValue   int64
+	nonce      [nonceLen]byte
+	runID      [20]byte // INFO's run_id
+	cmds       map[string]*entry
+	locks      *keylock.Table
+	started    time.Time
+	version    string
 
 	// ks is the Redis keyspace over the array; set by start.
 	ks        *keyspace.Store
@@ -609,6 +612,30 @@ func (c *conn) Close() error {
 			c.s.untrack(c)
 		}
 		c.g.release()
+		if c.s != nil && c.g.peak.Load() >= giveBackFrom {
+			c.s.giveBack()
+		}
 	})
 	return err
+}
+
+// giveBackFrom is the largest command from which the end of its
+// connection gives memory back.
+const giveBackFrom = 64 << 20
+
+// giveBack returns the memory of the read buffers of connections that
+// ended to the operating system, a second after the first of them ended
+// (so that a group of them is collected at once). redcon keeps a
+// connection's read buffer at the size of its largest command until the
+// connection ends, and the garbage collector, with the heap far under its
+// goal, would not collect it for a long time: a server that took one
+// 400 MB value would go on holding 512 MB.
+func (s *Server) giveBack() {
+	if s.givingBack.Swap(true) {
+		return
+	}
+	time.AfterFunc(time.Second, func() {
+		s.givingBack.Store(false)
+		debug.FreeOSMemory()
+	})
 }
