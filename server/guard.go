@@ -88,13 +88,22 @@ func (g *guard) reserve(n int64) error {
 	if g.query > g.maxQuery {
 		return &protocolError{fmt.Sprintf("request of more than %d bytes (the server's query limit)", g.maxQuery)}
 	}
-	if g.held != nil {
-		g.mine.Add(n)
-		if total := g.held.Add(n); total > g.maxHeld {
-			return &protocolError{fmt.Sprintf("the server holds %d bytes of unfinished commands across its clients, over its limit of %d: retry later", total, g.maxHeld)}
+	if g.held == nil {
+		return nil
+	}
+	// Counted only if it fits: a refused command adds nothing, so that
+	// it cannot make the commands of other clients (a PING) fail until
+	// its connection is gone.
+	for {
+		total := g.held.Load()
+		if total+n > g.maxHeld {
+			return &protocolError{fmt.Sprintf("the server holds %d bytes of unfinished commands across its clients, and %d more would pass its limit of %d: retry later", total, n, g.maxHeld)}
+		}
+		if g.held.CompareAndSwap(total, total+n) {
+			g.mine.Add(n)
+			return nil
 		}
 	}
-	return nil
 }
 
 // release gives back what the current command holds: it is complete, or

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tidwall/redcon"
@@ -181,4 +182,35 @@ func FuzzGuard(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestGuardSharedLimitRefusalHoldsNothing: a command refused by the limit
+// shared across connections adds nothing to what they hold, so that other
+// clients' commands (a PING) go on passing while the refused connection
+// is still being closed.
+func TestGuardSharedLimitRefusalHoldsNothing(t *testing.T) {
+	var held atomic.Int64
+	shared := func() *guard {
+		g := newGuard(1 << 20)
+		g.held, g.maxHeld = &held, 1000
+		return g
+	}
+	big, over, ping := shared(), shared(), shared()
+	if _, err := runGuard(big, []byte("*3\r\n$3\r\nSET\r\n$1\r\na\r\n$600\r\n"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runGuard(over, []byte("*3\r\n$3\r\nSET\r\n$1\r\nb\r\n$600\r\n"), nil); err == nil || !strings.Contains(err.Error(), "retry later") {
+		t.Fatalf("a second 600-byte value under a 1000-byte limit: %v", err)
+	}
+	if n := held.Load(); n > 1000 {
+		t.Errorf("the refused value is counted: %d bytes held, over the limit of 1000", n)
+	}
+	if out, err := runGuard(ping, []byte("*1\r\n$4\r\nPING\r\n"), nil); err != nil || string(out) != "*1\r\n$4\r\nPING\r\n" {
+		t.Errorf("PING while the refused connection is not yet closed: %q, %v", out, err)
+	}
+	over.release()
+	big.release()
+	if n := held.Load(); n != 0 {
+		t.Errorf("%d bytes counted once every command is released", n)
+	}
 }
