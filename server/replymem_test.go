@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -175,4 +177,56 @@ func TestLargeRepliesEveryPath(t *testing.T) {
 	if !bytes.Equal([]byte(flat(c.do("GET", "huge"))), []byte(vals["huge"])) {
 		t.Error("GET huge after the pipeline")
 	}
+}
+
+// TestLargeReplyCut: clients that go away in the middle of large replies
+// (pipelined GETs of different keys, an MGET), reading part of the first
+// or nothing, leave the server serving, with no connection left behind.
+func TestLargeReplyCut(t *testing.T) {
+	ts := startServer(t, "")
+	keep := string(randomBytes(9, 2<<20))
+	c := ts.dial()
+	for i := range 4 {
+		if r := c.do("SET", fmt.Sprintf("cut%d", i), keep); r.str != "OK" {
+			t.Fatal(r)
+		}
+	}
+	if r := c.do("SET", "keep", keep); r.str != "OK" {
+		t.Fatal(r)
+	}
+	c.Close()
+	for round := range 6 {
+		var pipe []byte
+		for i := range 12 {
+			pipe = append(pipe, encode("GET", fmt.Sprintf("cut%d", i%4))...)
+		}
+		if round%2 == 1 {
+			pipe = encode("MGET", "cut0", "cut1", "cut2", "cut3", "cut0", "cut1")
+		}
+		d := ts.dial()
+		d.send(pipe)
+		if round >= 2 {
+			buf := make([]byte, 100<<10*round)
+			d.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.ReadFull(d.r, buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if round%3 == 0 {
+			d.Conn.(*net.TCPConn).SetLinger(0) // a reset rather than a close
+		}
+		d.Close()
+	}
+	open := func() int {
+		ts.srv.mu.Lock()
+		defer ts.srv.mu.Unlock()
+		return len(ts.srv.conns)
+	}
+	for deadline := time.Now().Add(20 * time.Second); open() > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := open(); n > 0 {
+		t.Errorf("%d connections still open", n)
+	}
+	ts.healthy(keep)
 }
