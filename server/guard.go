@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 )
 
@@ -28,6 +29,16 @@ import (
 //
 // Commands with a multibulk count of 0 or less are dropped, as Redis
 // ignores them (redcon would end the connection).
+//
+// A bulk of asideFrom bytes or more (up to maxBulk) is held aside: its
+// bytes go into a buffer of their own, read from the socket straight into
+// it (conn.Read), and redcon gets a placeholder that the command's
+// handler swaps for the buffer (takeAside). redcon would grow its read
+// buffer by doubling it, copying what it holds each time in one
+// uninterruptible copy of up to 256 MiB that stalled every other client
+// (a collection waits for it) and kept the buffer at that size until the
+// connection ended; the buffer aside grows in copies of 1 MiB and goes
+// with its command.
 
 const (
 	maxHeaderLine = 32       // "*N\r\n" or "$N\r\n": 20 digits and change
@@ -47,6 +58,7 @@ const (
 	stSkip            // dropping an oversized bulk's bytes
 	stSkipCR          // expecting the CR after a dropped bulk
 	stSkipLF          // expecting the LF after a dropped bulk
+	stAside           // holding a large bulk's bytes aside
 )
 
 // protocolError ends a connection; the message is sent to the client as
@@ -76,6 +88,91 @@ type guard struct {
 	// peak is the most bytes one command of the connection held: redcon
 	// keeps a read buffer of about that size until the connection ends.
 	peak atomic.Int64
+
+	asideFrom int64  // 0: nothing is held aside
+	asideN    uint64 // bulks held aside so far: the next one's number
+	cur       []byte // the bulk being held aside
+	curLen    int64  // its length
+	amu       sync.Mutex
+	ready     map[uint64][]byte // bulks held aside whole, by number, until taken
+}
+
+// asideTag marks a placeholder's number as a bulk held aside (an
+// oversized bulk's placeholder holds its length, always less).
+const asideTag = 1 << 63
+
+// placeholder is the bulk (header and CRLF included) that stands for a
+// dropped or held-aside bulk: the nonce, then tag.
+func (g *guard) placeholder(tag uint64) []byte {
+	var ph [5 + placeholderLen + 2]byte
+	copy(ph[:], "$24\r\n")
+	copy(ph[5:], g.nonce[:])
+	binary.BigEndian.PutUint64(ph[5+nonceLen:], tag)
+	copy(ph[5+placeholderLen:], "\r\n")
+	return ph[:]
+}
+
+// asideRoom is where the next bytes of the bulk held aside go: the free
+// part of its buffer, at most what is left of the bulk. A full buffer is
+// first grown, twice as large up to the bulk's length, copied 1 MiB at a
+// time so that the goroutine can be preempted in between.
+func (g *guard) asideRoom() []byte {
+	if len(g.cur) == cap(g.cur) {
+		grown := make([]byte, len(g.cur), min(max(2*int64(cap(g.cur)), 1<<20), g.curLen))
+		for off := 0; off < len(g.cur); off += 1 << 20 {
+			copy(grown[off:], g.cur[off:min(off+1<<20, len(g.cur))])
+		}
+		g.cur = grown
+	}
+	return g.cur[len(g.cur):min(cap(g.cur), len(g.cur)+int(g.left))]
+}
+
+// asideFilled takes n bytes written into asideRoom. Once the bulk is
+// whole it is ready for its command, its CRLF is expected, and asideFilled
+// returns its placeholder, which the caller passes on to redcon: not
+// before, or redcon would run the command without its bulk.
+func (g *guard) asideFilled(n int) []byte {
+	g.cur = g.cur[:len(g.cur)+n]
+	g.left -= int64(n)
+	if g.left > 0 {
+		return nil
+	}
+	g.amu.Lock()
+	if g.ready == nil {
+		g.ready = make(map[uint64][]byte)
+	}
+	g.ready[g.asideN-1] = g.cur
+	g.amu.Unlock()
+	g.cur = nil
+	g.state = stSkipCR
+	return g.placeholder(asideTag | (g.asideN - 1))
+}
+
+// takeAside reports whether arg is the placeholder of a bulk held aside,
+// and returns the bulk (nil if it is not there: a bug). Commands of a
+// concurrent run take theirs on their own goroutines.
+func (g *guard) takeAside(arg []byte) ([]byte, bool) {
+	if len(arg) != placeholderLen || !bytes.Equal(arg[:nonceLen], g.nonce[:]) {
+		return nil, false
+	}
+	tag := binary.BigEndian.Uint64(arg[nonceLen:])
+	if tag&asideTag == 0 {
+		return nil, false
+	}
+	g.amu.Lock()
+	defer g.amu.Unlock()
+	v := g.ready[tag&^asideTag]
+	delete(g.ready, tag&^asideTag)
+	return v, true
+}
+
+// dropAside forgets the bulks held aside that no command took (the
+// connection ended before running them).
+func (g *guard) dropAside() {
+	g.amu.Lock()
+	g.ready = nil
+	g.amu.Unlock()
+	g.cur = nil
 }
 
 // reserve counts n more bytes of the current command, against the
@@ -204,6 +301,14 @@ func (g *guard) feed(in []byte, spill *[]byte) (int, error) {
 			if g.left == 0 {
 				g.state = stSkipCR
 			}
+		case stAside:
+			for g.state == stAside && i < len(in) {
+				n := copy(g.asideRoom(), in[i:])
+				i += n
+				if ph := g.asideFilled(n); ph != nil {
+					out.emit(ph, i)
+				}
+			}
 		case stSkipCR, stSkipLF:
 			want := byte('\r')
 			if g.state == stSkipLF {
@@ -261,12 +366,8 @@ func (g *guard) header(out *output, readPos int) error {
 		return &protocolError{"invalid bulk length"}
 	}
 	if n > g.maxBulk {
-		var ph [5 + placeholderLen + 2]byte
-		copy(ph[:], "$24\r\n")
-		copy(ph[5:], g.nonce[:])
-		binary.BigEndian.PutUint64(ph[5+nonceLen:], uint64(n))
-		copy(ph[5+placeholderLen:], "\r\n")
-		out.emit(ph[:], readPos)
+		ph := g.placeholder(uint64(n))
+		out.emit(ph, readPos)
 		if err := g.reserve(int64(len(ph))); err != nil {
 			return err
 		}
@@ -279,6 +380,13 @@ func (g *guard) header(out *output, readPos int) error {
 	}
 	if err := g.reserve(int64(len(h)) + n + 2); err != nil {
 		return err
+	}
+	if g.asideFrom > 0 && n >= g.asideFrom {
+		g.asideN++
+		g.cur, g.curLen = nil, n
+		g.left = n
+		g.state = stAside
+		return nil
 	}
 	out.emit(h, readPos)
 	g.left = n + 2
@@ -327,7 +435,8 @@ func oversized(nonce *[nonceLen]byte, arg []byte) (int64, bool) {
 	if len(arg) != placeholderLen || !bytes.Equal(arg[:nonceLen], nonce[:]) {
 		return 0, false
 	}
-	return int64(binary.BigEndian.Uint64(arg[nonceLen:])), true
+	n := binary.BigEndian.Uint64(arg[nonceLen:])
+	return int64(n), n&asideTag == 0
 }
 
 func printable(c byte) string {

@@ -214,3 +214,48 @@ func TestGuardSharedLimitRefusalHoldsNothing(t *testing.T) {
 		t.Errorf("%d bytes counted once every command is released", n)
 	}
 }
+
+// TestGuardHoldsLargeBulksAside: a bulk of asideFrom bytes or more reaches
+// redcon as a placeholder, once it is whole, and the command takes the
+// bulk's bytes from the guard, whatever the chunks the input came in.
+func TestGuardHoldsLargeBulksAside(t *testing.T) {
+	value := bytes.Repeat([]byte("0123456789abcdef"), (3<<20+5)/16)
+	value = append(value, "tail"...)
+	small := bytes.Repeat([]byte("s"), 1<<20-1)
+	input := fmt.Appendf(nil, "*3\r\n$4\r\nMSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n*1\r\n$4\r\nPING\r\n", len(value), value, len(small), small)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for round := range 8 {
+		var held atomic.Int64
+		g := newGuard(64 << 20)
+		g.maxQuery, g.held, g.maxHeld, g.asideFrom = 1<<30, &held, 1<<30, 1<<20
+		var chunks []int
+		for range 40 {
+			chunks = append(chunks, 1+rng.IntN(1<<(4+round*2)))
+		}
+		out, err := runGuard(g, input, chunks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd := redcon.NewReader(bytes.NewReader(out))
+		cmd, err := rd.ReadCommand()
+		if err != nil {
+			t.Fatalf("round %d: %v in %q", round, err, out[:min(len(out), 200)])
+		}
+		if len(cmd.Args) != 3 || string(cmd.Args[0]) != "MSET" || !bytes.Equal(cmd.Args[2], small) {
+			t.Fatalf("round %d: MSET passed on as %d arguments", round, len(cmd.Args))
+		}
+		got, ok := g.takeAside(cmd.Args[1])
+		if !ok || !bytes.Equal(got, value) {
+			t.Fatalf("round %d: the bulk held aside: %v, %d bytes of %d", round, ok, len(got), len(value))
+		}
+		if _, ok := oversized(&g.nonce, cmd.Args[1]); ok {
+			t.Errorf("round %d: the placeholder of a bulk held aside passes for an oversized bulk", round)
+		}
+		if cmd, err := rd.ReadCommand(); err != nil || string(cmd.Args[0]) != "PING" {
+			t.Errorf("round %d: after MSET: %v, %v", round, cmd.Args, err)
+		}
+		if n := held.Load(); n != 0 {
+			t.Errorf("round %d: %d bytes counted after the commands", round, n)
+		}
+	}
+}

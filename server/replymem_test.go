@@ -230,3 +230,53 @@ func TestLargeReplyCut(t *testing.T) {
 	}
 	ts.healthy(keep)
 }
+
+// TestLargeArguments: values from asideFrom bytes on (held aside, see
+// guard) are stored whole through a pipeline of concurrent SETs, MSET,
+// MULTI/EXEC and APPEND, next to values just under it; a client that goes
+// away in the middle of one leaves nothing held.
+func TestLargeArguments(t *testing.T) {
+	ts := startServer(t, "")
+	vals := map[string]string{
+		"a": string(randomBytes(11, 2<<20+3)),
+		"b": string(randomBytes(12, asideFrom)),
+		"c": string(randomBytes(13, asideFrom-1)),
+		"d": string(randomBytes(14, 3<<20)),
+		"e": string(randomBytes(15, asideFrom+1)),
+	}
+	script := [][]string{
+		{"SET", "a", vals["a"]}, {"SET", "b", vals["b"]}, {"SET", "c", vals["c"]},
+		{"MULTI"}, {"SET", "d", vals["d"][:1<<20]}, {"APPEND", "d", vals["d"][1<<20:]}, {"EXEC"},
+		{"MSET", "e", vals["e"], "f", vals["a"]},
+	}
+	c := ts.dial()
+	var pipe []byte
+	for _, cmd := range script {
+		pipe = append(pipe, encode(cmd...)...)
+	}
+	c.send(pipe)
+	for _, cmd := range script {
+		if r := c.read(); r.isError() {
+			t.Fatalf("%s %s: %v", cmd[0], cmd[1%len(cmd)], r)
+		}
+	}
+	vals["f"] = vals["a"]
+	for k, v := range vals {
+		if r := c.do("GET", k); r.str != v {
+			t.Errorf("GET %s: %d bytes, want %d", k, len(r.str), len(v))
+		}
+	}
+	d := ts.dial()
+	d.send([]byte(fmt.Sprintf("*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$%d\r\n", 8<<20)))
+	d.send(randomBytes(16, 3<<20))
+	d.Close()
+	for deadline := time.Now().Add(10 * time.Second); ts.srv.inputHeld.Load() != 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := ts.srv.inputHeld.Load(); n != 0 {
+		t.Errorf("%d bytes of input counted after the client went away", n)
+	}
+	if r := c.do("EXISTS", "x"); r.str != "0" {
+		t.Errorf("EXISTS x after a half-sent SET: %v", r)
+	}
+}

@@ -481,7 +481,7 @@ func (s *Server) track(nc net.Conn) *conn {
 	}
 	c.last.Store(now.UnixNano())
 	c.g = guard{maxBulk: s.o.maxBulk, maxQuery: s.o.maxRequest, maxArgs: DefaultMaxArgs, nonce: s.nonce,
-		held: &s.inputHeld, maxHeld: s.o.maxInput}
+		held: &s.inputHeld, maxHeld: s.o.maxInput, asideFrom: asideFrom}
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	s.stats.connections.Add(1)
@@ -573,6 +573,19 @@ func (c *conn) Read(p []byte) (int, error) {
 		if c.draining.Load() {
 			return 0, io.EOF
 		}
+		if c.g.state == stAside {
+			// A large bulk's bytes go from the socket to its own
+			// buffer, not through redcon's.
+			n, err := c.Conn.Read(c.g.asideRoom())
+			c.pending = append(c.pending, c.g.asideFilled(n)...)
+			if err != nil {
+				if c.draining.Load() {
+					err = io.EOF
+				}
+				c.readErr = err
+			}
+			continue
+		}
 		n, err := c.Conn.Read(p)
 		if err != nil {
 			if c.draining.Load() {
@@ -612,12 +625,17 @@ func (c *conn) Close() error {
 			c.s.untrack(c)
 		}
 		c.g.release()
+		c.g.dropAside()
 		if c.s != nil && c.g.peak.Load() >= giveBackFrom {
 			c.s.giveBack()
 		}
 	})
 	return err
 }
+
+// asideFrom is the length from which a bulk is held aside rather than
+// read into redcon's buffer (see guard).
+const asideFrom = 1 << 20
 
 // giveBackFrom is the largest command from which the end of its
 // connection gives memory back.
