@@ -32,13 +32,13 @@ import (
 //
 // A bulk of asideFrom bytes or more (up to maxBulk) is held aside: its
 // bytes go into a buffer of their own, read from the socket straight into
-// it (conn.Read), and redcon gets a placeholder that the command's
-// handler swaps for the buffer (takeAside). redcon would grow its read
-// buffer by doubling it, copying what it holds each time in one
-// uninterruptible copy of up to 256 MiB that stalled every other client
-// (a collection waits for it) and kept the buffer at that size until the
-// connection ended; the buffer aside grows in copies of 1 MiB and goes
-// with its command.
+// it (conn.Read), and redcon gets a placeholder, once the bulk is whole,
+// that the command's handler swaps for the buffer (takeAside). redcon
+// would grow its read buffer by doubling it, copying what it holds each
+// time in one uninterruptible copy of up to 256 MiB that stalled every
+// other client (a collection waits for it), and kept the buffer at that
+// size until the connection ended; the buffer aside is never copied and
+// goes with its command.
 
 const (
 	maxHeaderLine = 32       // "*N\r\n" or "$N\r\n": 20 digits and change
@@ -113,18 +113,18 @@ func (g *guard) placeholder(tag uint64) []byte {
 }
 
 // asideRoom is where the next bytes of the bulk held aside go: the free
-// part of its buffer, at most what is left of the bulk. A full buffer is
-// first grown, twice as large up to the bulk's length, copied 1 MiB at a
-// time so that the goroutine can be preempted in between.
+// part of its buffer, allocated at the bulk's whole length when its first
+// bytes come. The length is counted against the input limits from the
+// header on, as any bulk; memory fresh from the system is not touched
+// until the bytes arrive, so a half-sent 400 MB value takes about 200 MB.
+// Growing by doubling instead copied as many bytes again as arrived (each
+// copy of a 1 MiB chunk, yet on a loaded machine it stalled other clients
+// by hundreds of ms: bench/memory.sh).
 func (g *guard) asideRoom() []byte {
-	if len(g.cur) == cap(g.cur) {
-		grown := make([]byte, len(g.cur), min(max(2*int64(cap(g.cur)), 1<<20), g.curLen))
-		for off := 0; off < len(g.cur); off += 1 << 20 {
-			copy(grown[off:], g.cur[off:min(off+1<<20, len(g.cur))])
-		}
-		g.cur = grown
+	if g.cur == nil {
+		g.cur = make([]byte, 0, g.curLen)
 	}
-	return g.cur[len(g.cur):min(cap(g.cur), len(g.cur)+int(g.left))]
+	return g.cur[len(g.cur):cap(g.cur)]
 }
 
 // asideFilled takes n bytes written into asideRoom. Once the bulk is
