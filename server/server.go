@@ -102,7 +102,7 @@ const (
 	DefaultMaxRequest = 1 << 30
 	// DefaultMaxInput is the default limit on the bytes of unfinished
 	// commands held across all connections: one request of the largest
-	// size, or two 400 MB values half sent (about 250 MB held each), keep
+	// size, or two 400 MB values half sent (about 200 MB held each), keep
 	// the server under 1 GB (bench/memory.sh).
 	DefaultMaxInput = 1 << 30
 	// DefaultMaxArgs is the most arguments one command may have.
