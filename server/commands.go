@@ -328,7 +328,7 @@ func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *res
 	cl.last.Store(time.Now().UnixNano())
 	w := out
 	if w == nil {
-		w = &respWriter{rc: rc, proto: cl.proto, unsent: &cl.unsent}
+		w = &respWriter{rc: rc, proto: cl.proto, cl: cl}
 		switch cl.replyMode {
 		case replyOff:
 			w.rc = nil // collected and dropped
@@ -338,7 +338,15 @@ func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *res
 		}
 	}
 	c := &call{s: s, rc: rc, cl: cl, args: cmd.Args, ctx: s.ctx, w: w}
-	for _, a := range cmd.Args {
+	for i, a := range cmd.Args {
+		if v, ok := cl.g.takeAside(a); ok {
+			if v == nil {
+				c.error("ERR internal error: a large argument was lost")
+				return
+			}
+			cmd.Args[i] = v
+			continue
+		}
 		if n, ok := oversized(&s.nonce, a); ok {
 			c.error(fmt.Sprintf("ERR value too large: an argument of %d bytes, over the server's limit of %d bytes per argument (the array's largest value is %d bytes)",
 				n, s.o.maxBulk, s.maxValue))

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 )
 
@@ -28,6 +29,16 @@ import (
 //
 // Commands with a multibulk count of 0 or less are dropped, as Redis
 // ignores them (redcon would end the connection).
+//
+// A bulk of asideFrom bytes or more (up to maxBulk) is held aside: its
+// bytes go into a buffer of their own, read from the socket straight into
+// it (conn.Read), and redcon gets a placeholder, once the bulk is whole,
+// that the command's handler swaps for the buffer (takeAside). redcon
+// would grow its read buffer by doubling it, copying what it holds each
+// time in one uninterruptible copy of up to 256 MiB that stalled every
+// other client (a collection waits for it), and kept the buffer at that
+// size until the connection ended; the buffer aside is never copied and
+// goes with its command.
 
 const (
 	maxHeaderLine = 32       // "*N\r\n" or "$N\r\n": 20 digits and change
@@ -47,6 +58,7 @@ const (
 	stSkip            // dropping an oversized bulk's bytes
 	stSkipCR          // expecting the CR after a dropped bulk
 	stSkipLF          // expecting the LF after a dropped bulk
+	stAside           // holding a large bulk's bytes aside
 )
 
 // protocolError ends a connection; the message is sent to the client as
@@ -73,22 +85,122 @@ type guard struct {
 	held    *atomic.Int64
 	maxHeld int64
 	mine    atomic.Int64 // this guard's part of held (release may run on another goroutine)
+	// peak is the most bytes one command of the connection held: redcon
+	// keeps a read buffer of about that size until the connection ends.
+	peak atomic.Int64
+
+	asideFrom int64  // 0: nothing is held aside
+	asideN    uint64 // bulks held aside so far: the next one's number
+	cur       []byte // the bulk being held aside
+	curLen    int64  // its length
+	amu       sync.Mutex
+	ready     map[uint64][]byte // bulks held aside whole, by number, until taken
+}
+
+// asideTag marks a placeholder's number as a bulk held aside (an
+// oversized bulk's placeholder holds its length, always less).
+const asideTag = 1 << 63
+
+// placeholder is the bulk (header and CRLF included) that stands for a
+// dropped or held-aside bulk: the nonce, then tag.
+func (g *guard) placeholder(tag uint64) []byte {
+	var ph [5 + placeholderLen + 2]byte
+	copy(ph[:], "$24\r\n")
+	copy(ph[5:], g.nonce[:])
+	binary.BigEndian.PutUint64(ph[5+nonceLen:], tag)
+	copy(ph[5+placeholderLen:], "\r\n")
+	return ph[:]
+}
+
+// asideRoom is where the next bytes of the bulk held aside go: the free
+// part of its buffer, allocated at the bulk's whole length when its first
+// bytes come. The length is counted against the input limits from the
+// header on, as any bulk; memory fresh from the system is not touched
+// until the bytes arrive, so a half-sent 400 MB value takes about 200 MB.
+// Growing by doubling instead copied as many bytes again as arrived (each
+// copy of a 1 MiB chunk, yet on a loaded machine it stalled other clients
+// by hundreds of ms: bench/memory.sh).
+func (g *guard) asideRoom() []byte {
+	if g.cur == nil {
+		g.cur = make([]byte, 0, g.curLen)
+	}
+	return g.cur[len(g.cur):cap(g.cur)]
+}
+
+// asideFilled takes n bytes written into asideRoom. Once the bulk is
+// whole it is ready for its command, its CRLF is expected, and asideFilled
+// returns its placeholder, which the caller passes on to redcon: not
+// before, or redcon would run the command without its bulk.
+func (g *guard) asideFilled(n int) []byte {
+	g.cur = g.cur[:len(g.cur)+n]
+	g.left -= int64(n)
+	if g.left > 0 {
+		return nil
+	}
+	g.amu.Lock()
+	if g.ready == nil {
+		g.ready = make(map[uint64][]byte)
+	}
+	g.ready[g.asideN-1] = g.cur
+	g.amu.Unlock()
+	g.cur = nil
+	g.state = stSkipCR
+	return g.placeholder(asideTag | (g.asideN - 1))
+}
+
+// takeAside reports whether arg is the placeholder of a bulk held aside,
+// and returns the bulk (nil if it is not there: a bug). Commands of a
+// concurrent run take theirs on their own goroutines.
+func (g *guard) takeAside(arg []byte) ([]byte, bool) {
+	if len(arg) != placeholderLen || !bytes.Equal(arg[:nonceLen], g.nonce[:]) {
+		return nil, false
+	}
+	tag := binary.BigEndian.Uint64(arg[nonceLen:])
+	if tag&asideTag == 0 {
+		return nil, false
+	}
+	g.amu.Lock()
+	defer g.amu.Unlock()
+	v := g.ready[tag&^asideTag]
+	delete(g.ready, tag&^asideTag)
+	return v, true
+}
+
+// dropAside forgets the bulks held aside that no command took (the
+// connection ended before running them).
+func (g *guard) dropAside() {
+	g.amu.Lock()
+	g.ready = nil
+	g.amu.Unlock()
+	g.cur = nil
 }
 
 // reserve counts n more bytes of the current command, against the
 // command's limit and the server's.
 func (g *guard) reserve(n int64) error {
 	g.query += n
+	if g.query > g.peak.Load() {
+		g.peak.Store(g.query)
+	}
 	if g.query > g.maxQuery {
 		return &protocolError{fmt.Sprintf("request of more than %d bytes (the server's query limit)", g.maxQuery)}
 	}
-	if g.held != nil {
-		g.mine.Add(n)
-		if total := g.held.Add(n); total > g.maxHeld {
-			return &protocolError{fmt.Sprintf("the server holds %d bytes of unfinished commands across its clients, over its limit of %d: retry later", total, g.maxHeld)}
+	if g.held == nil {
+		return nil
+	}
+	// Counted only if it fits: a refused command adds nothing, so that
+	// it cannot make the commands of other clients (a PING) fail until
+	// its connection is gone.
+	for {
+		total := g.held.Load()
+		if total+n > g.maxHeld {
+			return &protocolError{fmt.Sprintf("the server holds %d bytes of unfinished commands across its clients, and %d more would pass its limit of %d: retry later", total, n, g.maxHeld)}
+		}
+		if g.held.CompareAndSwap(total, total+n) {
+			g.mine.Add(n)
+			return nil
 		}
 	}
-	return nil
 }
 
 // release gives back what the current command holds: it is complete, or
@@ -189,6 +301,14 @@ func (g *guard) feed(in []byte, spill *[]byte) (int, error) {
 			if g.left == 0 {
 				g.state = stSkipCR
 			}
+		case stAside:
+			for g.state == stAside && i < len(in) {
+				n := copy(g.asideRoom(), in[i:])
+				i += n
+				if ph := g.asideFilled(n); ph != nil {
+					out.emit(ph, i)
+				}
+			}
 		case stSkipCR, stSkipLF:
 			want := byte('\r')
 			if g.state == stSkipLF {
@@ -246,12 +366,8 @@ func (g *guard) header(out *output, readPos int) error {
 		return &protocolError{"invalid bulk length"}
 	}
 	if n > g.maxBulk {
-		var ph [5 + placeholderLen + 2]byte
-		copy(ph[:], "$24\r\n")
-		copy(ph[5:], g.nonce[:])
-		binary.BigEndian.PutUint64(ph[5+nonceLen:], uint64(n))
-		copy(ph[5+placeholderLen:], "\r\n")
-		out.emit(ph[:], readPos)
+		ph := g.placeholder(uint64(n))
+		out.emit(ph, readPos)
 		if err := g.reserve(int64(len(ph))); err != nil {
 			return err
 		}
@@ -264,6 +380,13 @@ func (g *guard) header(out *output, readPos int) error {
 	}
 	if err := g.reserve(int64(len(h)) + n + 2); err != nil {
 		return err
+	}
+	if g.asideFrom > 0 && n >= g.asideFrom {
+		g.asideN++
+		g.cur, g.curLen = nil, n
+		g.left = n
+		g.state = stAside
+		return nil
 	}
 	out.emit(h, readPos)
 	g.left = n + 2
@@ -312,7 +435,8 @@ func oversized(nonce *[nonceLen]byte, arg []byte) (int64, bool) {
 	if len(arg) != placeholderLen || !bytes.Equal(arg[:nonceLen], nonce[:]) {
 		return 0, false
 	}
-	return int64(binary.BigEndian.Uint64(arg[nonceLen:])), true
+	n := binary.BigEndian.Uint64(arg[nonceLen:])
+	return int64(n), n&asideTag == 0
 }
 
 func printable(c byte) string {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tidwall/redcon"
@@ -181,4 +182,80 @@ func FuzzGuard(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestGuardSharedLimitRefusalHoldsNothing: a command refused by the limit
+// shared across connections adds nothing to what they hold, so that other
+// clients' commands (a PING) go on passing while the refused connection
+// is still being closed.
+func TestGuardSharedLimitRefusalHoldsNothing(t *testing.T) {
+	var held atomic.Int64
+	shared := func() *guard {
+		g := newGuard(1 << 20)
+		g.held, g.maxHeld = &held, 1000
+		return g
+	}
+	big, over, ping := shared(), shared(), shared()
+	if _, err := runGuard(big, []byte("*3\r\n$3\r\nSET\r\n$1\r\na\r\n$600\r\n"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runGuard(over, []byte("*3\r\n$3\r\nSET\r\n$1\r\nb\r\n$600\r\n"), nil); err == nil || !strings.Contains(err.Error(), "retry later") {
+		t.Fatalf("a second 600-byte value under a 1000-byte limit: %v", err)
+	}
+	if n := held.Load(); n > 1000 {
+		t.Errorf("the refused value is counted: %d bytes held, over the limit of 1000", n)
+	}
+	if out, err := runGuard(ping, []byte("*1\r\n$4\r\nPING\r\n"), nil); err != nil || string(out) != "*1\r\n$4\r\nPING\r\n" {
+		t.Errorf("PING while the refused connection is not yet closed: %q, %v", out, err)
+	}
+	over.release()
+	big.release()
+	if n := held.Load(); n != 0 {
+		t.Errorf("%d bytes counted once every command is released", n)
+	}
+}
+
+// TestGuardHoldsLargeBulksAside: a bulk of asideFrom bytes or more reaches
+// redcon as a placeholder, once it is whole, and the command takes the
+// bulk's bytes from the guard, whatever the chunks the input came in.
+func TestGuardHoldsLargeBulksAside(t *testing.T) {
+	value := bytes.Repeat([]byte("0123456789abcdef"), (3<<20+5)/16)
+	value = append(value, "tail"...)
+	small := bytes.Repeat([]byte("s"), 1<<20-1)
+	input := fmt.Appendf(nil, "*3\r\n$4\r\nMSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n*1\r\n$4\r\nPING\r\n", len(value), value, len(small), small)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for round := range 8 {
+		var held atomic.Int64
+		g := newGuard(64 << 20)
+		g.maxQuery, g.held, g.maxHeld, g.asideFrom = 1<<30, &held, 1<<30, 1<<20
+		var chunks []int
+		for range 40 {
+			chunks = append(chunks, 1+rng.IntN(1<<(4+round*2)))
+		}
+		out, err := runGuard(g, input, chunks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd := redcon.NewReader(bytes.NewReader(out))
+		cmd, err := rd.ReadCommand()
+		if err != nil {
+			t.Fatalf("round %d: %v in %q", round, err, out[:min(len(out), 200)])
+		}
+		if len(cmd.Args) != 3 || string(cmd.Args[0]) != "MSET" || !bytes.Equal(cmd.Args[2], small) {
+			t.Fatalf("round %d: MSET passed on as %d arguments", round, len(cmd.Args))
+		}
+		got, ok := g.takeAside(cmd.Args[1])
+		if !ok || !bytes.Equal(got, value) {
+			t.Fatalf("round %d: the bulk held aside: %v, %d bytes of %d", round, ok, len(got), len(value))
+		}
+		if _, ok := oversized(&g.nonce, cmd.Args[1]); ok {
+			t.Errorf("round %d: the placeholder of a bulk held aside passes for an oversized bulk", round)
+		}
+		if cmd, err := rd.ReadCommand(); err != nil || string(cmd.Args[0]) != "PING" {
+			t.Errorf("round %d: after MSET: %v, %v", round, cmd.Args, err)
+		}
+		if n := held.Load(); n != 0 {
+			t.Errorf("round %d: %d bytes counted after the commands", round, n)
+		}
+	}
 }

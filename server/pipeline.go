@@ -1,8 +1,6 @@
 package server
 
 import (
-	"sync"
-
 	"github.com/tidwall/redcon"
 
 	"github.com/kvarray/kvarray/internal/workers"
@@ -28,11 +26,34 @@ import (
 //     one write visible before another waits for its reply, or uses
 //     MULTI/EXEC.
 
-// pipelineWindow is how many commands of one connection run at once. It
-// bounds the replies a connection holds in memory while they wait for
-// the commands before them (a GET of a large value holds the value): at
-// most pipelineWindow replies per connection.
+// pipelineWindow is how many commands of one connection run at once,
+// at most; fewer when its replies are large (see replyEstimate).
 const pipelineWindow = 16
+
+// replyBudget is about how many bytes of replies one connection's
+// pipelined commands, or one MGET, hold at once: values read and not yet
+// sent. Commands and keys are started only while the replies expected fit
+// (at least one at a time): sixteen 8 MiB values read at once would hold
+// 128 MiB for one client, and keep both cores copying while other
+// clients' commands wait (bench/memory.sh).
+const replyBudget = 16 << 20
+
+// replyEstimate is the size expected of the next reply: the largest seen,
+// halved by each reply after it. It starts at half the budget, so that a
+// connection runs two commands at once until its replies have shown
+// themselves small (three small replies bring it to pipelineWindow).
+type replyEstimate struct{ n int }
+
+func newReplyEstimate() replyEstimate { return replyEstimate{replyBudget / 2} }
+
+// window is how many replies of the expected size fit the budget, between
+// 1 and limit.
+func (e *replyEstimate) window(limit int) int {
+	return max(1, min(limit, replyBudget/max(e.n, 1)))
+}
+
+// saw takes a reply of n bytes into the estimate.
+func (e *replyEstimate) saw(n int) { e.n = max(n, e.n/2) }
 
 // serial are single-key commands that still run as barriers: MOVE writes
 // the key in another database too.
@@ -97,29 +118,45 @@ func sameKey(run []redcon.Command, cmd redcon.Command) bool {
 }
 
 // runConcurrent runs cmds, each on its own goroutine with its reply
-// collected, then writes the replies in order. A handler that panicked
-// (its reply is the error) closes the connection after its reply: the
-// replies after it are dropped, as the commands after a panic are when
-// they run one at a time.
+// collected, and writes each reply once it and those before it are
+// done, while the later commands run. At most cl's reply window runs or
+// waits at once. A handler that panicked (its reply is the error) closes
+// the connection after its reply: the replies after it are dropped, as
+// the commands after a panic are when they run one at a time. Every
+// command started has finished when it returns (their arguments point
+// into redcon's buffer).
 func (s *Server) runConcurrent(rc redcon.Conn, cl *conn, cmds []redcon.Command) {
 	outs := make([]respWriter, len(cmds))
-	var wg sync.WaitGroup
+	done := make([]chan struct{}, len(cmds))
+	started := 0
+	w := &respWriter{rc: rc, proto: cl.proto, cl: cl}
 	for i := range cmds {
-		outs[i].proto = cl.proto
-		wg.Add(1)
-		workers.Go(func() {
-			defer wg.Done()
-			s.serveOne(rc, cl, cmds[i], &outs[i])
-		})
-	}
-	wg.Wait()
-	w := &respWriter{rc: rc, proto: cl.proto, unsent: &cl.unsent}
-	for i := range outs {
-		w.raw(outs[i].b)
-		if outs[i].fatal {
-			rc.ReadPipeline()
-			cl.quit = true
-			rc.Close()
+		for started < len(cmds) && started-i < cl.replies.window(pipelineWindow) {
+			j := started
+			started++
+			outs[j] = respWriter{proto: cl.proto, keepRefs: true}
+			done[j] = make(chan struct{})
+			workers.Go(func() {
+				defer close(done[j])
+				s.serveOne(rc, cl, cmds[j], &outs[j])
+			})
+		}
+		<-done[i]
+		if !cl.quit {
+			w.send(&outs[i])
+		}
+		cl.replies.saw(outs[i].size())
+		fatal := outs[i].fatal
+		outs[i] = respWriter{} // its values may go
+		if fatal || cl.quit {
+			for j := i + 1; j < started; j++ {
+				<-done[j]
+			}
+			if fatal {
+				rc.ReadPipeline()
+				cl.quit = true
+				rc.Close()
+			}
 			return
 		}
 	}

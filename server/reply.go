@@ -14,38 +14,100 @@ import (
 //
 // A respWriter either writes through to the connection (rc set), or collects
 // into b: EXEC runs its queued commands into a buffer, so that nothing is
-// sent unless the whole transaction is committed.
+// sent unless the whole transaction is committed, and the commands of a
+// concurrent run (pipeline.go) collect their replies on their own
+// goroutines.
 //
 // Replies written through are flushed to the socket once a connection has
 // flushAt bytes waiting (redcon would otherwise hold every reply of a
 // pipeline until its last command ran): a connection holds at most about
 // one reply beyond that, and a client that does not read blocks only its
 // own connection, with bounded memory.
+//
+// A bulk string of bigBulk bytes or more is never copied into a buffer:
+// written through, it goes from the value to the socket; collected with
+// keepRefs, the reply keeps a reference to it. Each copy of an 8 MiB value
+// costs the memory bandwidth and garbage that other clients' commands wait
+// behind (bench/memory.sh).
 type respWriter struct {
 	rc      redcon.Conn
 	b       []byte
 	scratch []byte
-	proto   int  // 2 or 3
-	unsent  *int // bytes written through and not yet flushed, per connection
+	proto   int // 2 or 3
+	// cl is the connection written through, whose unsent bytes (not yet
+	// flushed) w counts; nil when collecting.
+	cl *conn
+	// keepRefs: collect big bulks by reference (into refs) rather than
+	// copy them. Only for replies sent before anything can change the
+	// values they reference: a value the array returned is the reader's
+	// own, and a concurrent run's arguments stay valid until the run ends.
+	keepRefs bool
+	refs     []bulkRef
 	// fatal: the handler panicked (a concurrent run's command): the
 	// connection is closed once this reply is sent.
 	fatal bool
+}
+
+// bulkRef is a big bulk string of a collected reply: its bytes go before
+// b[at:].
+type bulkRef struct {
+	at int
+	v  []byte
 }
 
 // flushAt is how many bytes of replies a connection holds before they are
 // sent, mid-pipeline.
 const flushAt = 256 << 10
 
+// bigBulk is the length from which a bulk string is sent from the value
+// itself rather than copied (see respWriter).
+const bigBulk = 64 << 10
+
+var crlf = []byte("\r\n")
+
 // wrote accounts for n bytes written through and flushes past flushAt.
 func (w *respWriter) wrote(n int) {
-	if w.unsent == nil {
+	if w.cl == nil {
 		return
 	}
-	if *w.unsent += n; *w.unsent >= flushAt {
-		if bw := redcon.BaseWriter(w.rc); bw != nil {
-			_ = bw.Flush() // a write error ends the connection at its next flush
+	if w.cl.unsent += n; w.cl.unsent >= flushAt {
+		w.flush()
+	}
+}
+
+// flush sends what redcon holds for the connection. A write error ends
+// the connection at redcon's next flush.
+func (w *respWriter) flush() {
+	if bw := redcon.BaseWriter(w.rc); bw != nil {
+		_ = bw.Flush()
+	}
+	if w.cl != nil {
+		w.cl.unsent = 0
+	}
+}
+
+// sendValue writes v, a big bulk's bytes, to the socket without copying
+// it, after what redcon holds. When the connection is not redcon's own
+// (no base writer), v is copied as any reply.
+func (w *respWriter) sendValue(v []byte) {
+	bw := redcon.BaseWriter(w.rc)
+	if bw == nil {
+		w.rc.WriteRaw(v)
+		return
+	}
+	if err := bw.Flush(); err != nil {
+		return // the connection ends after this pipeline
+	}
+	if w.cl != nil {
+		w.cl.unsent = 0
+	}
+	if _, err := w.rc.NetConn().Write(v); err != nil {
+		// The reply is cut: nothing after it may be sent, and the
+		// commands after it do not run (the client is gone).
+		if w.cl != nil {
+			w.cl.quit = true
 		}
-		*w.unsent = 0
+		w.rc.Close()
 	}
 }
 
@@ -56,6 +118,34 @@ func (w *respWriter) raw(b []byte) {
 		return
 	}
 	w.b = append(w.b, b...)
+}
+
+// send writes r, a collected reply, through w, its big bulks from their
+// values.
+func (w *respWriter) send(r *respWriter) {
+	if w.rc == nil {
+		for _, ref := range r.refs {
+			w.refs = append(w.refs, bulkRef{len(w.b) + ref.at, ref.v})
+		}
+		w.b = append(w.b, r.b...)
+		return
+	}
+	at := 0
+	for _, ref := range r.refs {
+		w.raw(r.b[at:ref.at])
+		w.sendValue(ref.v)
+		at = ref.at
+	}
+	w.raw(r.b[at:])
+}
+
+// size is how many bytes the collected reply holds.
+func (w *respWriter) size() int {
+	n := len(w.b)
+	for _, r := range w.refs {
+		n += len(r.v)
+	}
+	return n
 }
 
 // emit writes what f appends.
@@ -80,12 +170,26 @@ func (w *respWriter) WriteError(s string) {
 }
 
 func (w *respWriter) WriteBulk(v []byte) {
-	if w.rc != nil {
+	switch {
+	case len(v) >= bigBulk && w.rc != nil:
+		w.emit(func(b []byte) []byte { return bulkHeader(b, len(v)) })
+		w.sendValue(v)
+		w.raw(crlf)
+	case len(v) >= bigBulk && w.keepRefs:
+		w.b = bulkHeader(w.b, len(v))
+		w.refs = append(w.refs, bulkRef{len(w.b), v})
+		w.b = append(w.b, crlf...)
+	case w.rc != nil:
 		w.rc.WriteBulk(v)
 		w.wrote(len(v) + 16)
-		return
+	default:
+		w.b = redcon.AppendBulk(w.b, v)
 	}
-	w.b = redcon.AppendBulk(w.b, v)
+}
+
+// bulkHeader appends a bulk string's header, "$n\r\n".
+func bulkHeader(b []byte, n int) []byte {
+	return append(strconv.AppendInt(append(b, '$'), int64(n), 10), '\r', '\n')
 }
 
 func (w *respWriter) WriteBulkString(s string) {

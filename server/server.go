@@ -101,8 +101,10 @@ const (
 	// Redis's client-query-buffer-limit.
 	DefaultMaxRequest = 1 << 30
 	// DefaultMaxInput is the default limit on the bytes of unfinished
-	// commands held across all connections.
-	DefaultMaxInput = 2 << 30
+	// commands held across all connections: one request of the largest
+	// size, or two 400 MB values half sent (about 200 MB held each), keep
+	// the server under 1 GB (bench/memory.sh).
+	DefaultMaxInput = 1 << 30
 	// DefaultMaxArgs is the most arguments one command may have.
 	DefaultMaxArgs = 1 << 20
 	// minBulk is the smallest bulk limit the server uses: keys, patterns,
@@ -156,7 +158,7 @@ func WithMaxRequest(n int64) Option { return func(o *options) { o.maxRequest = n
 // whole from its header on) the server holds across all connections; the
 // connection whose command would pass it is ended with a protocol error,
 // so that many clients sending large values at once cannot exhaust
-// memory. Default 2 GiB; never less than the request limit.
+// memory. Default 1 GiB; never less than the request limit.
 func WithMaxInput(n int64) Option { return func(o *options) { o.maxInput = n } }
 
 // WithErrorLog sets where the server logs what no client can be told:
@@ -170,16 +172,17 @@ func WithDatabases(n int) Option { return func(o *options) { o.databases = n } }
 
 // Server serves one array over RESP2 and RESP3. Create it with New.
 type Server struct {
-	inputHeld atomic.Int64 // bytes of unfinished commands, all connections (guard)
-	a         *array.Array
-	o         options
-	maxValue  int64
-	nonce     [nonceLen]byte
-	runID     [20]byte // INFO's run_id
-	cmds      map[string]*entry
-	locks     *keylock.Table
-	started   time.Time
-	version   string
+	inputHeld  atomic.Int64 // bytes of unfinished commands, all connections (guard)
+	givingBack atomic.Bool  // a giveBack is pending
+	a          *array.Array
+	o          options
+	maxValue   int64
+	nonce      [nonceLen]byte
+	runID      [20]byte // INFO's run_id
+	cmds       map[string]*entry
+	locks      *keylock.Table
+	started    time.Time
+	version    string
 
 	// ks is the Redis keyspace over the array; set by start.
 	ks        *keyspace.Store
@@ -474,10 +477,11 @@ func (s *Server) track(nc net.Conn) *conn {
 		laddr:   nc.LocalAddr().String(),
 		created: now,
 		proto:   2,
+		replies: newReplyEstimate(),
 	}
 	c.last.Store(now.UnixNano())
 	c.g = guard{maxBulk: s.o.maxBulk, maxQuery: s.o.maxRequest, maxArgs: DefaultMaxArgs, nonce: s.nonce,
-		held: &s.inputHeld, maxHeld: s.o.maxInput}
+		held: &s.inputHeld, maxHeld: s.o.maxInput, asideFrom: asideFrom}
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	s.stats.connections.Add(1)
@@ -510,7 +514,8 @@ func (s *Server) accepted(rc redcon.Conn) bool {
 type conn struct {
 	net.Conn
 	s       *Server
-	unsent  int // reply bytes not yet flushed (respWriter); the connection's goroutine only
+	unsent  int           // reply bytes not yet flushed (respWriter); the connection's goroutine only
+	replies replyEstimate // sizes its concurrent runs (pipeline.go); the connection's goroutine only
 	g       guard
 	pending []byte // guard output that did not fit the caller's buffer
 	perr    error  // protocol error to report once pending is delivered
@@ -568,6 +573,19 @@ func (c *conn) Read(p []byte) (int, error) {
 		if c.draining.Load() {
 			return 0, io.EOF
 		}
+		if c.g.state == stAside {
+			// A large bulk's bytes go from the socket to its own
+			// buffer, not through redcon's.
+			n, err := c.Conn.Read(c.g.asideRoom())
+			c.pending = append(c.pending, c.g.asideFilled(n)...)
+			if err != nil {
+				if c.draining.Load() {
+					err = io.EOF
+				}
+				c.readErr = err
+			}
+			continue
+		}
 		n, err := c.Conn.Read(p)
 		if err != nil {
 			if c.draining.Load() {
@@ -607,6 +625,35 @@ func (c *conn) Close() error {
 			c.s.untrack(c)
 		}
 		c.g.release()
+		c.g.dropAside()
+		if c.s != nil && c.g.peak.Load() >= giveBackFrom {
+			c.s.giveBack()
+		}
 	})
 	return err
+}
+
+// asideFrom is the length from which a bulk is held aside rather than
+// read into redcon's buffer (see guard).
+const asideFrom = 1 << 20
+
+// giveBackFrom is the largest command from which the end of its
+// connection gives memory back.
+const giveBackFrom = 64 << 20
+
+// giveBack returns the memory of the read buffers of connections that
+// ended to the operating system, a second after the first of them ended
+// (so that a group of them is collected at once). redcon keeps a
+// connection's read buffer at the size of its largest command until the
+// connection ends, and the garbage collector, with the heap far under its
+// goal, would not collect it for a long time: a server that took one
+// 400 MB value would go on holding 512 MB.
+func (s *Server) giveBack() {
+	if s.givingBack.Swap(true) {
+		return
+	}
+	time.AfterFunc(time.Second, func() {
+		s.givingBack.Store(false)
+		debug.FreeOSMemory()
+	})
 }

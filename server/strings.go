@@ -395,8 +395,9 @@ func cmdMset(c *call) {
 	c.ok()
 }
 
-// mgetChunk is how many keys MGET reads at once: the values of one chunk
-// are all it holds in memory, whatever the number of keys.
+// mgetChunk is how many keys MGET reads at once, at most: fewer when its
+// values are large, so that a chunk's values, all it holds in memory,
+// stay within replyBudget whatever the number of keys.
 const mgetChunk = 16
 
 // cmdMget reads the keys a chunk at a time, each chunk concurrently, and
@@ -406,8 +407,9 @@ const mgetChunk = 16
 // reply (an error, never nil) once the reply has begun.
 func cmdMget(c *call) {
 	keys := c.args[1:]
-	for lo := 0; lo < len(keys); lo += mgetChunk {
-		chunk := keys[lo:min(lo+mgetChunk, len(keys))]
+	est := newReplyEstimate()
+	for lo := 0; lo < len(keys); {
+		chunk := keys[lo:min(lo+est.window(mgetChunk), len(keys))]
 		vals := make([]value, len(chunk))
 		founds := make([]bool, len(chunk))
 		errs := forEach(len(chunk), func(i int) error {
@@ -423,6 +425,7 @@ func cmdMget(c *call) {
 			c.w.WriteArray(len(keys))
 		}
 		for i := range chunk {
+			est.saw(len(vals[i].v))
 			if errs[i] != nil {
 				c.w.WriteError(errorReply(errs[i]))
 				continue
@@ -430,6 +433,7 @@ func cmdMget(c *call) {
 			c.hit(founds[i])
 			c.bulkOrNull(vals[i], founds[i])
 		}
+		lo += len(chunk)
 	}
 }
 

@@ -174,7 +174,7 @@ func cmdExec(c *call) {
 		return
 	}
 	c.w.WriteArray(len(queued))
-	c.w.raw(out.b)
+	c.w.send(out)
 }
 
 // errTxTooLarge: a transaction's writes must fit in one array value.

@@ -854,8 +854,10 @@ func (d *Device) batchReads(ctx context.Context, ops []device.Op, reads []read, 
 			default:
 				r.found = true
 				if kinds[r.op] == device.OpRetrieve {
-					r.value = make([]byte, len(val))
-					copy(r.value, val)
+					// append, not make and copy: make would clear
+					// the bytes (an 8 MiB value's worth) before the
+					// copy writes them.
+					r.value = append([]byte{}, val...)
 				}
 				if err := closer.Close(); err != nil {
 					r.err = classify(err)
