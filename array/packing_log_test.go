@@ -58,8 +58,8 @@ func everyPairReads(t *testing.T, r *rig, live map[string][]byte, when string) {
 	}
 }
 
-// TestPackingLoggedUpdates: updates and deletes of packed values are
-// logged as data deltas (no parity read or rewritten), and the invariant
+// TestPackingLoggedUpdates: updates of packed values are logged as data
+// deltas (no parity read or rewritten), and the invariant
 // holds at every stage: every live value reads back byte-exact with any
 // two devices failed — with the deltas only in the log, after a restart
 // that must load the log from the devices, and after the scrub that folds
@@ -110,7 +110,7 @@ func TestPackingLoggedUpdates(t *testing.T) {
 	r.reopen()
 	everyPairReads(t, r, live, "after a restart")
 
-	// Deletes are logged too; delete every key of some devices' sets.
+	// Deletes (they patch the parities in place) leave sets sparse.
 	for _, k := range keys {
 		if p := r.a.primary([]byte(k), 0); p == 0 || p == 1 {
 			if err := r.a.Delete(ctx, []byte(k)); err != nil {

@@ -38,11 +38,12 @@ type served struct {
 }
 
 // serve creates an array over nRedis redis-server devices (append-only
-// file on, so a killed server comes back with what it acknowledged) and
+// file synced on every write, so a killed server comes back with what it
+// acknowledged: with everysec it may not, see docs/reliability.md) and
 // nPebble Pebble devices, and serves it (see serveDevices).
 func serve(t *testing.T, nRedis, nPebble int) *served {
 	t.Helper()
-	srvs := redistest.StartN(t, nRedis, "--appendonly", "yes")
+	srvs := redistest.StartN(t, nRedis, "--appendonly", "yes", "--appendfsync", "always")
 	var specs []string
 	for _, r := range srvs {
 		specs = append(specs, r.URL(0))

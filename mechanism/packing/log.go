@@ -2,8 +2,8 @@ package packing
 
 // The parity-delta log: PARIX's idea, on KV devices.
 //
-// An update or a delete of a member does not read and patch its set's
-// parities in place. The array has already read the member's old bytes
+// An update of a member does not read and patch its set's parities in
+// place. The array has already read the member's old bytes
 // (the read before write Packing needs), so the change is logged as the
 // data delta old ⊕ new, with the membership change (slot, key, version
 // from → to), on the set's parity devices. A data delta is the same for
@@ -42,6 +42,9 @@ package packing
 //     device's segments are loaded before any of its parities is used
 //     after an open, and a parity on a device whose segments could not be
 //     read is treated as unreadable.
+//   - Entries can also record a leave (a delta to virtual zeros); deletes
+//     do not log them yet (see detachFrom), but a leave whose member is
+//     gone already applies nothing.
 //   - Replay (rewriting parities with their entries applied) runs when the
 //     log holds more than logHigh bytes, after logIdle without a change,
 //     and on every repair of the set (scrub, rebuild, resync).
