@@ -814,3 +814,73 @@ func allNotFound(pieces []mechanism.Piece) bool {
 	}
 	return true
 }
+
+// RetrieveRange returns bytes [lo, hi) of split k's user bytes and the
+// header they were found with, reading only the data shards that cover
+// the range. hint describes split k's write: a header of one of the
+// value's shards (split 0's primary piece, which the array reads first)
+// with SplitLen set to split k's length (the last split of a huge value is
+// shorter). Its geometry says which shards cover the range and what each
+// must be, so that split k's own shard 0 is not read unless the range
+// covers it. have holds pieces already read.
+//
+// Each shard is a whole internal value with its own checksum, so a shard
+// read alone is verified: a covering shard that is missing, corrupt, stale
+// or of another write is never sliced from; the split is then read as
+// Retrieve reads it (every shard, the newest write with k good ones
+// decoded, bad shards rewritten) and the range sliced from that. Only
+// this split is reconstructed, never the rest of the value.
+func (m *splitting) RetrieveRange(ctx context.Context, k mechanism.Key, hint *format.Header, have []mechanism.Piece, lo, hi int) ([]byte, format.Header, error) {
+	if g, ok := m.expected(k, hint); ok && 0 <= lo && lo <= hi && hi <= int(g.splitLen) {
+		if lo == hi {
+			return []byte{}, g.header(new([FieldsLen]byte), 0), nil
+		}
+		first, last := lo/g.shardSize, (hi-1)/g.shardSize
+		pieces := m.readAt(ctx, k, g.version, first, last+1, have)
+		good := true
+		for j := range pieces {
+			s, index, ok := m.parse(&pieces[j].Value)
+			if !pieces[j].OK() || !ok || index != first+j || s != g ||
+				pieces[j].Bank != mechanism.Banked(index, g.version) {
+				good = false
+				break
+			}
+		}
+		if good {
+			out := make([]byte, 0, hi-lo)
+			for j := range pieces {
+				base := (first + j) * g.shardSize
+				p := pieces[j].Value.Payload
+				out = append(out, p[max(lo-base, 0):min(hi-base, len(p))]...)
+			}
+			return out, pieces[0].Value.Header, nil
+		}
+		// Keep what was read: the split's reconstruction reuses it.
+		have = append(pieces, have...)
+	}
+	v, h, err := m.Retrieve(ctx, k, have)
+	if err != nil {
+		return nil, format.Header{}, err
+	}
+	if lo < 0 || lo > hi || hi > len(v) {
+		return nil, format.Header{}, fmt.Errorf("%s: range [%d, %d) of split %d of %q, which holds %d bytes: %w",
+			Name, lo, hi, k.Split, k.User, len(v), format.ErrCorrupt)
+	}
+	return v[lo:hi:hi], h, nil
+}
+
+// expected returns the shape that the shards of split k must have when
+// hint describes its write (see RetrieveRange), and false when hint is not
+// a Splitting header of ours or is not of k.Want's write.
+func (m *splitting) expected(k mechanism.Key, hint *format.Header) (shape, bool) {
+	kk, r, ok := m.geometry(hint)
+	if !ok || (k.Want != 0 && hint.Version != k.Want) {
+		return shape{}, false
+	}
+	c, err := m.codecFor(hint.EC, kk, r)
+	if err != nil {
+		return shape{}, false
+	}
+	return shape{version: hint.Version, objectLen: hint.ObjectLen, splits: hint.Splits, splitLen: hint.SplitLen,
+		ec: hint.EC, k: kk, r: r, shardSize: c.ShardSize(int(hint.SplitLen))}, true
+}

@@ -1,0 +1,330 @@
+package array
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/device/faultdev"
+	"github.com/kvarray/kvarray/device/mem"
+	"github.com/kvarray/kvarray/mechanism"
+)
+
+// rangeLimits make values of a few tens of KiB huge (several splits), so
+// that the tests cross split boundaries cheaply.
+var rangeLimits = device.Limits{MaxValueLen: 8 << 10}
+
+// modelRange is what RetrieveRange must return for v.
+func modelRange(v []byte, off, n int64) []byte {
+	lo := min(off, int64(len(v)))
+	return v[lo : lo+min(n, int64(len(v))-lo)]
+}
+
+// modelEdit is v with data written at off (grown, zero filled).
+func modelEdit(v []byte, off int64, data []byte) []byte {
+	if len(data) == 0 {
+		return v
+	}
+	out := make([]byte, max(int64(len(v)), off+int64(len(data))))
+	copy(out, v)
+	copy(out[off:], data)
+	return out
+}
+
+// randRange returns a range around v, sometimes past its end.
+func randRange(rng *rand.Rand, size int) Range {
+	off := int64(rng.IntN(size + 2))
+	return Range{off, int64(rng.IntN(max(size/3, 1) + 1))}
+}
+
+// checkRanges reads random ranges of key (several at once, as the
+// keyspace does) and Len, and compares them with want.
+func checkRanges(t *testing.T, a *Array, rng *rand.Rand, key string, want []byte, what string) {
+	t.Helper()
+	rs := []Range{randRange(rng, len(want)), randRange(rng, len(want)), {0, 9}}
+	got, total, err := a.RetrieveRanges(ctx, []byte(key), rs...)
+	if err != nil {
+		t.Fatalf("%s: retrieve ranges %v of %q: %v", what, rs, key, err)
+	}
+	if total != int64(len(want)) {
+		t.Fatalf("%s: %q has %d bytes, read %d", what, key, len(want), total)
+	}
+	for i, r := range rs {
+		if w := modelRange(want, r.Off, r.Len); !bytes.Equal(got[i], w) {
+			t.Fatalf("%s: range %v of %q (%d bytes): %d bytes, want %d (differ at %d)", what, r, key, len(want), len(got[i]), len(w), firstDiff(got[i], w))
+		}
+	}
+	n, err := a.Len(ctx, []byte(key))
+	if err != nil || n != int64(len(want)) {
+		t.Fatalf("%s: len %q = %d, %v; want %d", what, key, n, err, len(want))
+	}
+}
+
+// TestRangesAgainstModel: for every mechanism, small and huge values,
+// random range reads and range writes (inside, across splits, past the
+// end, on absent keys) agree with a byte-slice model.
+func TestRangesAgainstModel(t *testing.T) {
+	for _, fm := range faultMechanisms {
+		t.Run(fm.name, func(t *testing.T) {
+			rng := newRand(t)
+			r := newRigLimits(t, 6, rangeLimits, everyMechanism())
+			use := Using(fm.name)
+			model := map[string][]byte{}
+			keys := []string{"small-a", "small-b", "huge-a", "huge-b", "absent"}
+			for _, k := range keys[:4] {
+				size := 1 + rng.IntN(3000)
+				if k[0] == 'h' {
+					size = 20<<10 + rng.IntN(40<<10)
+				}
+				model[k] = randBytes(rng, size)
+				r.mustStore(k, model[k], use)
+			}
+			for step := range 120 {
+				k := keys[rng.IntN(len(keys))]
+				what := fmt.Sprintf("step %d", step)
+				switch rng.IntN(3) {
+				case 0:
+					off := int64(rng.IntN(len(model[k]) + 100))
+					data := randBytes(rng, rng.IntN(12<<10))
+					n, err := r.a.StoreRange(ctx, []byte(k), off, data, use)
+					if err != nil {
+						t.Fatalf("%s: store range of %d bytes at %d of %q: %v", what, len(data), off, k, err)
+					}
+					if len(data) > 0 || model[k] != nil {
+						model[k] = modelEdit(model[k], off, data)
+					}
+					if n != int64(len(model[k])) {
+						t.Fatalf("%s: store range returned length %d, want %d", what, n, len(model[k]))
+					}
+				case 1:
+					// APPEND: an edit at the end.
+					data := randBytes(rng, 1+rng.IntN(9000))
+					if _, err := r.a.StoreRange(ctx, []byte(k), int64(len(model[k])), data, use); err != nil {
+						t.Fatalf("%s: append to %q: %v", what, k, err)
+					}
+					model[k] = modelEdit(model[k], int64(len(model[k])), data)
+				}
+				if model[k] == nil {
+					if _, err := r.a.RetrieveRange(ctx, []byte(k), 0, 10); !errors.Is(err, ErrNotFound) {
+						t.Fatalf("%s: range of absent %q: %v, want not found", what, k, err)
+					}
+					if _, err := r.a.Len(ctx, []byte(k)); !errors.Is(err, ErrNotFound) {
+						t.Fatalf("%s: len of absent %q: %v, want not found", what, k, err)
+					}
+					continue
+				}
+				checkRanges(t, r.a, rng, k, model[k], what)
+			}
+			for k, v := range model {
+				r.mustRead(k, v)
+			}
+			if _, err := r.a.RetrieveRange(ctx, []byte("huge-a"), -1, 3); !errors.Is(err, ErrBadRange) {
+				t.Fatalf("negative offset: %v, want ErrBadRange", err)
+			}
+		})
+	}
+}
+
+// TestRangeReadReadsCoveringShards: a range read of a huge Splitting value
+// reads split 0's primary piece (the header: length, geometry) and the
+// data shards covering the range, nothing else, from the devices; and
+// Len reads one piece at most.
+func TestRangeReadReadsCoveringShards(t *testing.T) {
+	r := newRigLimits(t, 6, rangeLimits, everyMechanism(), WithMetaCache(0))
+	rng := newRand(t)
+	if r.a.mechs[2].Name() != "splitting" {
+		t.Fatal("mechanism order changed")
+	}
+	split := int64(r.a.mechs[2].SplitCap())
+	v := randBytes(rng, int(4*split+1000))
+	r.mustStore("huge", v, Using("splitting"))
+	shard := split / 4
+	reads := func() (n, bytes int64) {
+		for _, m := range r.mems {
+			s := m.Stats()
+			n, bytes = n+s.Retrieves, bytes+s.BytesRead
+			m.ResetStats()
+		}
+		return n, bytes
+	}
+	cases := []struct {
+		name   string
+		off, n int64
+		pieces int64
+	}{
+		{"split 0, shard 0", 10, 100, 1},
+		{"split 0, shard 2", 2*shard + 5, 100, 2},
+		{"split 3, shard 1", 3*split + shard + 7, 100, 2},
+		{"split 3, shards 1-2", 3*split + 2*shard - 50, 100, 3},
+		{"splits 2-3", 3*split - 50, 100, 3},
+	}
+	for _, c := range cases {
+		reads()
+		got, err := r.a.RetrieveRange(ctx, []byte("huge"), c.off, c.n)
+		if err != nil || !bytes.Equal(got, v[c.off:c.off+c.n]) {
+			t.Fatalf("%s: %d bytes, %v", c.name, len(got), err)
+		}
+		n, b := reads()
+		if n != c.pieces || b > c.pieces*(shard+100) {
+			t.Errorf("%s: %d device reads of %d bytes, want %d of at most a shard (%d bytes) each", c.name, n, b, c.pieces, shard)
+		}
+	}
+	reads()
+	if n, err := r.a.Len(ctx, []byte("huge")); err != nil || n != int64(len(v)) {
+		t.Fatalf("len: %d, %v", n, err)
+	}
+	if n, _ := reads(); n != 1 {
+		t.Errorf("len: %d device reads, want 1", n)
+	}
+}
+
+// TestRangeDegraded: with any one or two devices failed or corrupted, range
+// reads of values of every redundant mechanism, small and huge, are exact
+// (a Splitting split with a covering shard lost is reconstructed), and a
+// range write still lands.
+func TestRangeDegraded(t *testing.T) {
+	const n = 6
+	rng := newRand(t)
+	cases := 0
+	for _, devs := range combos(n, 2) {
+		if len(devs) == 0 {
+			continue
+		}
+		for mask := 0; mask < 1<<len(devs); mask++ {
+			if testing.Short() && cases%3 != 0 {
+				cases++
+				continue
+			}
+			cases++
+			r := newRigLimits(t, n, rangeLimits, everyMechanism())
+			model := map[string][]byte{}
+			var keys []string
+			for _, m := range []string{"replication", "splitting", "packing"} {
+				for _, size := range []int{1 + rng.IntN(2000), 30<<10 + rng.IntN(20<<10)} {
+					k := fmt.Sprintf("%s-%d", m, size)
+					model[k] = randBytes(rng, size)
+					r.mustStore(k, model[k], Using(m))
+					keys = append(keys, k)
+				}
+			}
+			for j, d := range devs {
+				if mask&(1<<j) != 0 {
+					r.mems[d].Fail()
+				} else {
+					r.corruptDevice(d)
+				}
+			}
+			what := fmt.Sprintf("devices %v (failed mask %b)", devs, mask)
+			for _, k := range keys {
+				for range 4 {
+					checkRanges(t, r.a, rng, k, model[k], what)
+				}
+			}
+			k := keys[rng.IntN(len(keys))]
+			off, data := int64(rng.IntN(len(model[k]))), randBytes(rng, 5000)
+			m := k[:bytes.IndexByte([]byte(k), '-')]
+			if _, err := r.a.StoreRange(ctx, []byte(k), off, data, Using(m)); err != nil {
+				t.Fatalf("%s: store range of %q: %v", what, k, err)
+			}
+			model[k] = modelEdit(model[k], off, data)
+			checkRanges(t, r.a, rng, k, model[k], what)
+		}
+	}
+	t.Logf("%d fault combinations", cases)
+}
+
+// TestStoreRangeFaultAtEveryOperation: a range write to a small and a huge
+// value of each mechanism, with device operation i failing (alone, or with
+// every later one: a crash, the array then reopened from the devices), for
+// every i the write makes. The value reads back whole as the old value or
+// the new one, never a mix, before and after a repair; and a failure that
+// the write acknowledged is the new value.
+func TestStoreRangeFaultAtEveryOperation(t *testing.T) {
+	rng := newRand(t)
+	for _, m := range []string{"hashing", "replication", "splitting", "packing"} {
+		for _, size := range []int{3000, 26 << 10} {
+			old := randBytes(rng, size)
+			off, data := int64(size/2), randBytes(rng, size/3)
+			want := modelEdit(old, off, data)
+			for _, crash := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s-%d-crash=%v", m, size, crash), func(t *testing.T) {
+					// run stores old, then writes the range with operation
+					// failAt (< 0: none) failing, and returns the devices,
+					// the array and how many operations the write made.
+					run := func(failAt int64) ([]device.Device, *Array, error, int64) {
+						var count atomic.Int64
+						inj := &faultdev.Toggle{Injector: faultdev.InjectorFunc(func(faultdev.Op) error {
+							n := count.Add(1)
+							if failAt >= 0 && (n == failAt+1 || crash && n > failAt) {
+								return faultdev.ErrInjected
+							}
+							return nil
+						})}
+						var raw, wrapped []device.Device
+						for i := range 6 {
+							d := mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)), mem.WithLimits(rangeLimits))
+							raw = append(raw, d)
+							wrapped = append(wrapped, faultdev.Wrap(d, inj))
+						}
+						a, err := Create(ctx, wrapped, everyMechanism())
+						if err != nil {
+							t.Fatal(err)
+						}
+						if err := a.Store(ctx, []byte("key"), old, Using(m)); err != nil {
+							t.Fatal(err)
+						}
+						inj.On()
+						_, err = a.StoreRange(ctx, []byte("key"), off, data, Using(m))
+						return raw, a, err, count.Load()
+					}
+					_, a, err, total := run(-1)
+					if err != nil {
+						t.Fatalf("store range without faults: %v", err)
+					}
+					_ = a.Close()
+					for i := int64(0); i < total; i++ {
+						devs, a, err, _ := run(i)
+						if crash {
+							// The crashed process is gone; its array is not closed.
+							if a, err = Open(ctx, devs, everyMechanism()); err != nil {
+								t.Fatalf("crash at op %d: reopen: %v", i, err)
+							}
+						}
+						acked := err == nil && !crash
+						check := func(when string) {
+							got, rerr := a.Retrieve(ctx, []byte("key"))
+							isOld, isNew := bytes.Equal(got, old), bytes.Equal(got, want)
+							if rerr != nil || !isOld && !isNew || acked && !isNew {
+								t.Fatalf("op %d of %d failed (write: %v), %s: %d bytes (old %v, new %v), %v",
+									i, total, err, when, len(got), isOld, isNew, rerr)
+							}
+						}
+						if m != "hashing" {
+							// Hashing's one copy waits for its device.
+							check("after the write")
+						}
+						for d := range 6 {
+							if a.DeviceState(d) == mechanism.Failed {
+								if _, err := a.Resync(ctx, d); err != nil {
+									t.Fatalf("op %d: resync device %d: %v", i, d, err)
+								}
+							}
+						}
+						check("devices back")
+						if _, err := a.Repair(ctx, []byte("key")); err != nil {
+							t.Fatalf("op %d: repair: %v", i, err)
+						}
+						check("repaired")
+						if !crash {
+							_ = a.Close()
+						}
+					}
+				})
+			}
+		}
+	}
+}
