@@ -156,6 +156,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.wants(Mixed) {
 		r.steps += len(mixed) * 2
 	}
+	if o.wants(Range) {
+		r.steps += len(sized) * 2
+	}
 	if o.Rebuild {
 		r.steps += len(o.RebuildMechanisms)
 	}
@@ -175,6 +178,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			res, err := r.sequence(ctx, t, 0)
 			if err != nil {
 				return nil, fmt.Errorf("%s mixed sizes: %w", t, err)
+			}
+			rep.Results = append(rep.Results, res...)
+		}
+	}
+	if o.wants(Range) {
+		for _, t := range sized {
+			res, err := r.rangeSequence(ctx, t)
+			if err != nil {
+				return nil, fmt.Errorf("%s range: %w", t, err)
 			}
 			rep.Results = append(rep.Results, res...)
 		}
