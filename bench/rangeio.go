@@ -11,7 +11,8 @@ import (
 )
 
 // The range workload (partial I/O): RangeKeys values of RangeValue bytes
-// are stored (unmeasured), then RangeRead reads RangeIO bytes at a random
+// are stored (unmeasured), then, with one worker per value, RangeRead
+// reads RangeIO bytes at a random
 // RangeIO-aligned offset of a random one (Array.RetrieveRange: GETRANGE),
 // and RangeWrite writes RangeIO bytes there (Array.StoreRange: SETRANGE).
 // The figures that matter are the device bytes read (and written) per
@@ -128,6 +129,10 @@ func (r *runner) rangeSequence(ctx context.Context, t target) ([]Result, error) 
 	for _, w := range []string{RangeRead, RangeWrite} {
 		res, err := r.measure(ctx, in, phase{
 			workload: w, size: r.o.RangeIO, label: label, total: ops, measured: true,
+			// The array runs one operation of a key at a time: more
+			// workers than values would only queue (and overrun the
+			// phase by a write of a whole value each).
+			workers: r.o.RangeKeys,
 			op: func(_ *worker, i int64, buf []byte) (int, error) {
 				kn, off := r.rangeAt(i)
 				k := key(buf, kn)

@@ -417,8 +417,10 @@ type phase struct {
 	// duration is over.
 	total    int64
 	measured bool // counts toward progress (a fill that is not asked for does not)
-	untimed  bool // ignores Options.Duration
-	choose   func(worker int) chooser
+	// workers, when set, replaces Threads × QueueDepth.
+	workers int
+	untimed bool // ignores Options.Duration
+	choose  func(worker int) chooser
 	// op performs operation i and returns the user value bytes it moved.
 	op func(w *worker, i int64, buf []byte) (int, error)
 }
@@ -439,6 +441,9 @@ func (r *runner) measure(ctx context.Context, in *instance, ph phase) (Result, e
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	n := r.o.Threads * r.o.QueueDepth
+	if ph.workers > 0 {
+		n = ph.workers
+	}
 	workers := make([]*worker, n)
 	var next, done atomic.Int64
 	var deadline time.Time

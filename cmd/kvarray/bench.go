@@ -211,7 +211,7 @@ draws the paper's bar-and-lollipop figure (.svg, .png or .pdf).
 		},
 	}
 	fl := cmd.Flags()
-	fl.BoolVar(&quick, "quick", false, "a short run: 4 and 64 KiB, 300ms per phase (under a minute)")
+	fl.BoolVar(&quick, "quick", false, "a short run: 4 and 64 KiB, 300ms per phase, no range workload (under a minute)")
 	fl.StringSliceVar(&workloads, "workloads", bench.Workloads, "workloads: store, retrieve, update, delete, mixed, range")
 	fl.StringSliceVar(&sizes, "sizes", []string{"1KiB", "4KiB", "16KiB", "64KiB"}, "value sizes of store, retrieve, update and delete")
 	fl.StringSliceVar(&mechs, "mechanisms", bench.Mechanisms, "mechanisms to measure (None is always measured)")
