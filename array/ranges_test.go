@@ -319,9 +319,7 @@ func TestStoreRangeFaultAtEveryOperation(t *testing.T) {
 							t.Fatalf("op %d: repair: %v", i, err)
 						}
 						check("repaired")
-						if !crash {
-							_ = a.Close()
-						}
+						_ = a.Close()
 					}
 				})
 			}
