@@ -825,11 +825,16 @@ func allNotFound(pieces []mechanism.Piece) bool {
 // covers it. have holds pieces already read.
 //
 // Each shard is a whole internal value with its own checksum, so a shard
-// read alone is verified: a covering shard that is missing, corrupt, stale
-// or of another write is never sliced from; the split is then read as
-// Retrieve reads it (every shard, the newest write with k good ones
-// decoded, bad shards rewritten) and the range sliced from that. Only
-// this split is reconstructed, never the rest of the value.
+// read alone is verified. Its write must also be whole (whole): at least k
+// of its shards on their devices, which the headers of the shards not read
+// say (partial reads of their first bytes), so that a range read returns
+// the write a whole read would, never one that a store cut short left on
+// fewer than k devices. A covering shard that is missing, corrupt, stale
+// or of another write is never sliced from, nor a write that is not
+// whole: the split is then read as Retrieve reads it (every shard, the
+// newest write with k good ones decoded, bad shards rewritten) and the
+// range sliced from that. Only this split is reconstructed, never the
+// rest of the value.
 func (m *splitting) RetrieveRange(ctx context.Context, k mechanism.Key, hint *format.Header, have []mechanism.Piece, lo, hi int) ([]byte, format.Header, error) {
 	if g, ok := m.expected(k, hint); ok && 0 <= lo && lo <= hi && hi <= int(g.splitLen) {
 		if lo == hi {
@@ -846,7 +851,7 @@ func (m *splitting) RetrieveRange(ctx context.Context, k mechanism.Key, hint *fo
 				break
 			}
 		}
-		if good {
+		if good && m.whole(ctx, k, &g, first, last, have) {
 			out := make([]byte, 0, hi-lo)
 			for j := range pieces {
 				base := (first + j) * g.shardSize
@@ -883,4 +888,53 @@ func (m *splitting) expected(k mechanism.Key, hint *format.Header) (shape, bool)
 	}
 	return shape{version: hint.Version, objectLen: hint.ObjectLen, splits: hint.Splits, splitLen: hint.SplitLen,
 		ec: hint.EC, k: kk, r: r, shardSize: c.ShardSize(int(hint.SplitLen))}, true
+}
+
+// whole reports whether the write g of split k, whose shards first..last
+// were read and verified, has at least g.k shards in place: those, the
+// good ones of g in have, and those whose header (the first bytes of the
+// piece, read alone) is one of g's at its offset. A header read alone is
+// not verified (the checksum covers the whole piece): a damaged one only
+// makes the count smaller, and the read then falls back to a whole read.
+func (m *splitting) whole(ctx context.Context, k mechanism.Key, g *shape, first, last int, have []mechanism.Piece) bool {
+	n := last - first + 1
+	known := make([]bool, g.width())
+	for j := range have {
+		p := &have[j]
+		off := (p.Dev - k.Primary + m.env.N()) % m.env.N()
+		if off >= g.width() || off >= first && off <= last || known[off] || !p.OK() || p.Bank != mechanism.Banked(off, g.version) {
+			continue
+		}
+		if s, index, ok := m.parse(&p.Value); ok && index == off && s == *g {
+			known[off] = true
+			n++
+		}
+	}
+	if n >= g.k {
+		return true
+	}
+	var parts []mechanism.Part
+	for off := range g.width() {
+		if (off < first || off > last) && !known[off] {
+			parts = append(parts, mechanism.Part{Dev: m.env.Dev(k.Primary, off), Key: k.PieceKey(off, g.version),
+				Len: format.HeaderLen + FieldsLen})
+		}
+	}
+	m.env.ReadParts(ctx, parts)
+	for _, p := range parts {
+		if p.Err != nil {
+			continue
+		}
+		h, fl, err := format.PeekHeader(p.Result)
+		if err != nil || fl != FieldsLen || len(h.Fields) != FieldsLen {
+			continue
+		}
+		off := (p.Dev - k.Primary + m.env.N()) % m.env.N()
+		kk, r, ok := m.geometry(&h)
+		if ok && kk == g.k && r == g.r && int(h.Fields[2]) == off && int(binary.LittleEndian.Uint32(h.Fields[3:])) == g.shardSize &&
+			h.Version == g.version && h.EC == g.ec && h.Splits == g.splits && h.SplitLen == g.splitLen && h.ObjectLen == g.objectLen {
+			n++
+		}
+	}
+	return n >= g.k
 }
