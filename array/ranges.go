@@ -123,14 +123,69 @@ func (a *Array) retrieveRanges(ctx context.Context, key []byte, rs []Range) ([][
 			return nil, 0, fmt.Errorf("range of %d bytes from %d: %w", r.Len, r.Off, ErrBadRange)
 		}
 	}
-	k0 := a.key(key, 0)
-	l, err := a.locate(ctx, k0)
+	if l := a.peek(ctx, key); l != nil {
+		// Any failure: the value is located as any read locates it.
+		if out, total, err := a.rangesOf(ctx, key, rs, l); err == nil {
+			return out, total, nil
+		}
+	}
+	l, err := a.locate(ctx, a.key(key, 0))
 	a.noted(key, l, err)
 	if err != nil {
 		return nil, 0, err
 	}
+	a.clock.Observe(l.header().Version)
+	return a.rangesOf(ctx, key, rs, l)
+}
+
+// headerVerifier is implemented by mechanisms whose range reads verify
+// the header of the value's split 0 themselves (Splitting with block
+// tables: every block read is checked against a checksum seeded with the
+// write's version and the shard's place, and the write must be whole), so
+// that the header may be read alone, unverified (a partial device read),
+// rather than with the whole primary piece.
+type headerVerifier interface {
+	VerifiesHeader(h *format.Header, fieldsLen int) bool
+}
+
+// peek reads the header of key's split 0 alone from its primary (its
+// first bytes: a partial device read) and returns it as located when its
+// mechanism verifies it in range reads (headerVerifier); nil otherwise,
+// and when the primary cannot answer. Nothing is learned from it (no
+// clock, no metadata cache): it is not verified yet. A key that the
+// metadata cache knows has no value, or a value of a mechanism that does
+// not verify headers, is not peeked at: locate reads it at once.
+func (a *Array) peek(ctx context.Context, key []byte) *located {
+	if e, ok := a.meta.get(key); ok {
+		if _, hv := e.m.(headerVerifier); !hv {
+			return nil
+		}
+	}
+	k0 := a.key(key, 0)
+	parts := []mechanism.Part{{Dev: k0.Primary, Key: k0.Data(), Len: format.HeaderLen + 16}}
+	a.env.ReadParts(ctx, parts)
+	if parts[0].Err != nil {
+		return nil
+	}
+	h, fl, err := format.PeekHeader(parts[0].Result)
+	if err != nil {
+		return nil
+	}
+	m, ok := a.byRM[h.RM]
+	if hv, is := m.(headerVerifier); !ok || !is || !hv.VerifiesHeader(&h, fl) {
+		return nil
+	}
+	// The fields read, at their full length (the rest is the mechanism's
+	// to read if it needs it).
+	f := make([]byte, fl)
+	copy(f, h.Fields)
+	h.Fields = f
+	return &located{m: m, hdr: h}
+}
+
+// rangesOf reads the ranges of key's value, whose split 0 l located.
+func (a *Array) rangesOf(ctx context.Context, key []byte, rs []Range, l *located) ([][]byte, int64, error) {
 	h0 := *l.header()
-	a.clock.Observe(h0.Version)
 	total := int64(h0.ObjectLen)
 	n, size := int(h0.Splits), int64(h0.SplitLen)
 	if n > 1 && (uint64(n-1)*uint64(size) >= h0.ObjectLen || uint64(n)*uint64(size) < h0.ObjectLen || h0.ObjectLen > uint64(a.o.maxValue)) {
@@ -155,7 +210,7 @@ func (a *Array) retrieveRanges(ctx context.Context, key []byte, rs []Range) ([][
 		splits = append(splits, s)
 	}
 	slices.Sort(splits)
-	err = a.forSplits(ctx, len(splits), func(i int) error {
+	err := a.forSplits(ctx, len(splits), func(i int) error {
 		s := splits[i]
 		splitLen := min(size, total-int64(s)*size)
 		if n <= 1 {

@@ -12,6 +12,7 @@ import (
 	"github.com/kvarray/kvarray/device/faultdev"
 	"github.com/kvarray/kvarray/device/mem"
 	"github.com/kvarray/kvarray/mechanism"
+	"github.com/kvarray/kvarray/mechanism/splitting"
 )
 
 // rangeLimits make values of a few tens of KiB huge (several splits), so
@@ -130,10 +131,11 @@ func TestRangesAgainstModel(t *testing.T) {
 }
 
 // TestRangeReadReadsCoveringShards: a range read of a huge Splitting value
-// reads whole only split 0's primary piece (the header: length, geometry)
-// and the data shards covering the range, and of the covered splits'
-// other shards only their headers (that the write is whole); and Len
-// reads one piece at most.
+// reads from the devices the header of split 0's primary piece (length,
+// geometry), the blocks of the data shards covering the range with their
+// table entries, and the headers of the covered splits' other shards
+// (that the write is whole): bytes in proportion to the range, not to a
+// shard. Len reads one piece at most.
 func TestRangeReadReadsCoveringShards(t *testing.T) {
 	r := newRigLimits(t, 6, rangeLimits, everyMechanism(), WithMetaCache(0))
 	rng := newRand(t)
@@ -153,15 +155,16 @@ func TestRangeReadReadsCoveringShards(t *testing.T) {
 		return n, bytes
 	}
 	cases := []struct {
-		name   string
-		off, n int64
-		pieces int64
+		name           string
+		off, n         int64
+		blocks, splits int64
 	}{
-		{"split 0, shard 0", 10, 100, 1},
-		{"split 0, shard 2", 2*shard + 5, 100, 2},
-		{"split 3, shard 1", 3*split + shard + 7, 100, 2},
-		{"split 3, shards 1-2", 3*split + 2*shard - 50, 100, 3},
-		{"splits 2-3", 3*split - 50, 100, 3},
+		{"split 0, shard 0", 10, 100, 1, 1},
+		{"split 0, shard 2", 2*shard + 5, 100, 1, 1},
+		{"split 3, shard 1", 3*split + shard + 7, 100, 1, 1},
+		{"split 3, shards 1-2", 3*split + 2*shard - 50, 100, 2, 1},
+		{"splits 2-3", 3*split - 50, 100, 2, 2},
+		{"split 1, 3 blocks", split + 4000, 5000, 3, 1},
 	}
 	for _, c := range cases {
 		reads()
@@ -170,10 +173,11 @@ func TestRangeReadReadsCoveringShards(t *testing.T) {
 			t.Fatalf("%s: %d bytes, %v", c.name, len(got), err)
 		}
 		_, b := reads()
-		// A header: format.HeaderLen + splitting's 7 bytes of RM fields.
-		const header = 43
-		if lo, hi := c.pieces*shard, c.pieces*(shard+header)+2*6*header; b < lo || b > hi {
-			t.Errorf("%s: %d bytes read, want %d whole shards (%d bytes each) and headers: %d..%d", c.name, b, c.pieces, shard, lo, hi)
+		// Headers (format.HeaderLen + splitting's 7 bytes of fixed RM
+		// fields, 43 bytes) of split 0's primary and of each covered
+		// split's shards, and table entries (4 bytes a block).
+		if lo, hi := c.n, c.blocks*(splitting.BlockSize+4)+(1+6*c.splits)*52; b < lo || b > hi {
+			t.Errorf("%s: %d bytes read, want %d..%d (%d blocks and headers)", c.name, b, lo, hi, c.blocks)
 		}
 	}
 	reads()

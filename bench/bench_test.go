@@ -33,9 +33,10 @@ func tiny() Options {
 }
 
 // TestRangeWorkload runs the range workload on values of a few splits:
-// every target's rows are there and consistent (Check), and a range read
-// moves two pieces at most from the devices (split 0's primary piece and
-// the covering one, each at most a device value), not the value.
+// every target's rows are there and consistent (Check: Splitting reads at
+// most two bytes per byte wanted), and a range read moves two pieces at
+// most from the devices (split 0's primary piece and the covering one,
+// each at most a device value), not the value.
 func TestRangeWorkload(t *testing.T) {
 	o := tiny()
 	o.Workloads = []string{Range}

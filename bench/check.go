@@ -130,7 +130,7 @@ func (res *Result) check(o Options) error {
 	}
 
 	if res.Workload == RangeRead || res.Workload == RangeWrite {
-		res.checkRange(bad)
+		res.checkRange(o, bad)
 		return errors.Join(errs...)
 	}
 	k, r, n := float64(o.K), float64(o.R), float64(o.Copies)
@@ -233,15 +233,26 @@ func (res *Result) check(o Options) error {
 
 // checkRange checks a range workload's result: a range read reads the
 // primary piece of the value's split 0 (its header) and the piece that
-// covers the range (a copy, a member, a Splitting data shard: the ranges
-// are aligned and small), one of them when they are the same, and writes
-// nothing; None reads its one chunk. A range write reads and writes at
-// least once (it reads, modifies and writes the value; None its chunk).
-func (res *Result) checkRange(bad func(format string, args ...any)) {
+// covers the range (a copy, a member), one of them when they are the
+// same, and writes nothing; None reads its one chunk. Splitting reads
+// parts of pieces instead: split 0's header, the covering blocks of a data
+// shard (or two) and their table entries, and the headers of the split's
+// other shards (that the write is whole), which makes at most 2·(2 + k +
+// r) device reads and, for ranges of a block or more, at most two bytes
+// read per byte wanted (the target). A range write reads and
+// writes at least once (it reads, modifies and writes the value; None its
+// chunk).
+func (res *Result) checkRange(o Options, bad func(format string, args ...any)) {
 	p := res.PerOp
 	reads := span{1, 2}
-	if res.Mechanism == None {
+	switch res.Mechanism {
+	case None:
 		reads = exactly(1)
+	case "splitting":
+		reads = span{1, float64(2 * (2 + o.K + o.R))}
+		if res.Workload == RangeRead && o.RangeIO >= 4096 && res.ReadAmp > 2 {
+			bad("read amplification %.3f, want at most 2", res.ReadAmp)
+		}
 	}
 	switch res.Workload {
 	case RangeRead:

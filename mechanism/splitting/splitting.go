@@ -57,6 +57,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"math/bits"
 	"sync"
@@ -77,8 +78,39 @@ const (
 	DefaultR = 2
 )
 
-// FieldsLen is the length of the RM fields of every shard.
+// FieldsLen is the length of the fixed RM fields of every shard; a block
+// table may follow them (see BlockSize).
 const FieldsLen = 7
+
+// BlockSize is the unit of a range read within a shard. The RM fields of a
+// shard end with a table of one CRC32C per BlockSize bytes of its payload
+// (the last block shorter), each taken over the write's version, the
+// shard's index and the block's number, then the block (blockCRC): a
+// block read alone (a partial device read) is verified by its table entry,
+// read alone too, and a block of another write, shard or position fails
+// it. The piece's own checksum still covers everything, table included,
+// for whole reads. Shards written without a table (before it existed, or
+// on devices too small for one) are read as before.
+const BlockSize = 4096
+
+// blocks is how many blocks a shard of size bytes has.
+func blocks(size int) int { return (size + BlockSize - 1) / BlockSize }
+
+// fieldsLen is the length of the RM fields of a shard of size bytes with
+// its block table.
+func fieldsLen(size int) int { return FieldsLen + 4*blocks(size) }
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// blockCRC is the checksum of block b (its bytes) of shard index of the
+// write of version v.
+func blockCRC(v uint64, index, b int, block []byte) uint32 {
+	var seed [13]byte
+	binary.LittleEndian.PutUint64(seed[:], v)
+	seed[8] = byte(index)
+	binary.LittleEndian.PutUint32(seed[9:], uint32(b))
+	return crc32.Update(crc32.Update(0, castagnoli, seed[:]), castagnoli, block)
+}
 
 // maxField is the largest k, r or index the one-byte fields hold.
 const maxField = math.MaxUint8
@@ -102,6 +134,7 @@ type splitting struct {
 	k, r     int
 	codec    erasure.Codec
 	splitCap int
+	tables   bool // shards are written with their block table
 }
 
 func newSplitting(env *mechanism.Env, k, r int) (*splitting, error) {
@@ -115,11 +148,23 @@ func newSplitting(env *mechanism.Env, k, r int) (*splitting, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	maxShard := env.Limits().MaxValueLen - format.HeaderLen - FieldsLen
-	if maxShard < 1 {
+	avail := env.Limits().MaxValueLen - format.HeaderLen - FieldsLen
+	if avail < 1 {
 		return nil, fmt.Errorf("%s: device values of %d bytes cannot hold a header and a shard", Name, env.Limits().MaxValueLen)
 	}
-	return &splitting{env: env, k: k, r: r, codec: codec, splitCap: splitCap(codec, maxShard)}, nil
+	// The largest shard that fits with its block table, if one does.
+	maxShard := avail * BlockSize / (BlockSize + 4)
+	for maxShard > 0 && maxShard+4*blocks(maxShard) > avail {
+		maxShard--
+	}
+	for maxShard+1+4*blocks(maxShard+1) <= avail {
+		maxShard++
+	}
+	tables := maxShard >= 1
+	if !tables {
+		maxShard = avail
+	}
+	return &splitting{env: env, k: k, r: r, codec: codec, splitCap: splitCap(codec, maxShard), tables: tables}, nil
 }
 
 // splitCap is the largest split whose shards fit in maxShard bytes and
@@ -169,18 +214,36 @@ type shape struct {
 	ec        format.EC
 	k, r      int
 	shardSize int
+	blocks    bool // the shards carry block tables
 }
 
 func (g *shape) width() int { return g.k + g.r }
 
-// header returns the header of shard index of g.
-func (g *shape) header(fields *[FieldsLen]byte, index int) format.Header {
-	putFields(fields, g.k, g.r, index, g.shardSize)
-	return format.Header{RM: format.RMSplitting, EC: g.ec, Splits: g.splits, SplitLen: g.splitLen,
-		ObjectLen: g.objectLen, Version: g.version, Fields: fields[:]}
+// fieldsLen is the length of the RM fields of g's shards.
+func (g *shape) fieldsLen() int {
+	if g.blocks {
+		return fieldsLen(g.shardSize)
+	}
+	return FieldsLen
 }
 
-func putFields(f *[FieldsLen]byte, k, r, index, shardSize int) {
+// header returns the header of shard index of g, whose bytes are shard
+// (for its block table). fields is a buffer of g.fieldsLen() bytes at
+// least.
+func (g *shape) header(fields []byte, index int, shard []byte) format.Header {
+	f := fields[:g.fieldsLen()]
+	putFields(f, g.k, g.r, index, g.shardSize)
+	if g.blocks {
+		for b := range blocks(g.shardSize) {
+			block := shard[b*BlockSize : min((b+1)*BlockSize, len(shard))]
+			binary.LittleEndian.PutUint32(f[FieldsLen+4*b:], blockCRC(g.version, index, b, block))
+		}
+	}
+	return format.Header{RM: format.RMSplitting, EC: g.ec, Splits: g.splits, SplitLen: g.splitLen,
+		ObjectLen: g.objectLen, Version: g.version, Fields: f}
+}
+
+func putFields(f []byte, k, r, index, shardSize int) {
 	f[0], f[1], f[2] = byte(k), byte(r), byte(index)
 	binary.LittleEndian.PutUint32(f[3:], uint32(shardSize))
 }
@@ -188,7 +251,7 @@ func putFields(f *[FieldsLen]byte, k, r, index, shardSize int) {
 // geometry returns the k and r a header of ours records, and false for a
 // header that is not a well-formed Splitting one.
 func (m *splitting) geometry(h *format.Header) (k, r int, ok bool) {
-	if h == nil || h.RM != format.RMSplitting || len(h.Fields) != FieldsLen {
+	if h == nil || h.RM != format.RMSplitting || len(h.Fields) < FieldsLen || (len(h.Fields)-FieldsLen)%4 != 0 {
 		return 0, 0, false
 	}
 	k, r = int(h.Fields[0]), int(h.Fields[1])
@@ -214,21 +277,33 @@ func (m *splitting) codecFor(ec format.EC, k, r int) (erasure.Codec, error) {
 // parse checks that v is a well-formed shard of ours whose payload matches
 // its recorded geometry, and returns its shape and index.
 func (m *splitting) parse(v *format.Value) (shape, int, bool) {
-	k, r, ok := m.geometry(&v.Header)
+	g, index, ok := m.shapeOf(&v.Header)
+	if !ok || g.shardSize != len(v.Payload) {
+		return shape{}, 0, false
+	}
+	return g, index, true
+}
+
+// shapeOf returns the shape and index a shard's header records, and false
+// when they are not a well-formed shard's of ours. The header's RM fields
+// must be whole (their block table included).
+func (m *splitting) shapeOf(h *format.Header) (shape, int, bool) {
+	k, r, ok := m.geometry(h)
 	if !ok {
 		return shape{}, 0, false
 	}
-	f := v.Fields
+	f := h.Fields
 	index, size := int(f[2]), int(binary.LittleEndian.Uint32(f[3:]))
-	if index >= k+r || size != len(v.Payload) {
+	blocked := len(f) > FieldsLen
+	if index >= k+r || blocked && len(f) != fieldsLen(size) {
 		return shape{}, 0, false
 	}
-	c, err := m.codecFor(v.EC, k, r)
-	if err != nil || c.ShardSize(int(v.SplitLen)) != size {
+	c, err := m.codecFor(h.EC, k, r)
+	if err != nil || c.ShardSize(int(h.SplitLen)) != size {
 		return shape{}, 0, false
 	}
-	return shape{version: v.Version, objectLen: v.ObjectLen, splits: v.Splits, splitLen: v.SplitLen,
-		ec: v.EC, k: k, r: r, shardSize: size}, index, true
+	return shape{version: h.Version, objectLen: h.ObjectLen, splits: h.Splits, splitLen: h.SplitLen,
+		ec: h.EC, k: k, r: r, shardSize: size, blocks: blocked}, index, true
 }
 
 // Store implements mechanism.Mechanism: it encodes value, writes the k+r
@@ -315,7 +390,9 @@ func (m *splitting) write(ctx context.Context, k mechanism.Key, v uint64, vals [
 func (m *splitting) encode(obj mechanism.Object, value []byte) ([][]byte, *[]byte, error) {
 	k, w, n := m.k, m.k+m.r, len(value)
 	s := m.codec.ShardSize(n)
-	pl := format.HeaderLen + FieldsLen + s
+	g := shape{version: obj.Version, objectLen: obj.ObjectLen, splits: obj.Splits, splitLen: uint32(n),
+		ec: erasure.ReedSolomon, k: k, r: m.r, shardSize: s, blocks: m.tables && s > 0}
+	pl := format.HeaderLen + g.fieldsLen() + s
 	full := min(n/s, k)
 	bp := getBuf(w*pl + (w-full)*s)
 	buf := *bp
@@ -337,11 +414,9 @@ func (m *splitting) encode(obj mechanism.Object, value []byte) ([][]byte, *[]byt
 		putBuf(bp)
 		return nil, nil, err
 	}
-	g := shape{version: obj.Version, objectLen: obj.ObjectLen, splits: obj.Splits, splitLen: uint32(n),
-		ec: erasure.ReedSolomon, k: k, r: m.r, shardSize: s}
-	var fields [FieldsLen]byte
+	fields := make([]byte, g.fieldsLen())
 	for i := range vals {
-		h := g.header(&fields, i)
+		h := g.header(fields, i, shards[i])
 		vals[i] = format.Append(buf[i*pl:i*pl:(i+1)*pl], &h, shards[i])
 	}
 	return vals, bp, nil
@@ -753,15 +828,15 @@ func (m *splitting) rewrite(ctx context.Context, k mechanism.Key, g *shape, shar
 	if ctx.Err() != nil {
 		return 0, ctx.Err()
 	}
-	pl := format.HeaderLen + FieldsLen + g.shardSize
+	pl := format.HeaderLen + g.fieldsLen() + g.shardSize
 	buf := make([]byte, 0, len(bad)*pl)
 	ops := make([]mechanism.Op, 0, len(bad))
-	var fields [FieldsLen]byte
+	fields := make([]byte, g.fieldsLen())
 	for _, i := range bad {
 		if failed[i] {
 			continue
 		}
-		h := g.header(&fields, i)
+		h := g.header(fields, i, shards[i])
 		start := len(buf)
 		buf = format.Append(buf, &h, shards[i])
 		ops = append(ops, mechanism.Op{Dev: m.env.Dev(k.Primary, i),
@@ -838,9 +913,14 @@ func allNotFound(pieces []mechanism.Piece) bool {
 func (m *splitting) RetrieveRange(ctx context.Context, k mechanism.Key, hint *format.Header, have []mechanism.Piece, lo, hi int) ([]byte, format.Header, error) {
 	if g, ok := m.expected(k, hint); ok && 0 <= lo && lo <= hi && hi <= int(g.splitLen) {
 		if lo == hi {
-			return []byte{}, g.header(new([FieldsLen]byte), 0), nil
+			return []byte{}, g.bare(), nil
 		}
 		first, last := lo/g.shardSize, (hi-1)/g.shardSize
+		if g.blocks {
+			if out, ok := m.readBlocks(ctx, k, &g, lo, hi); ok && m.whole(ctx, k, &g, first, last, have) {
+				return out, g.bare(), nil
+			}
+		}
 		pieces := m.readAt(ctx, k, g.version, first, last+1, have)
 		good := true
 		for j := range pieces {
@@ -886,8 +966,9 @@ func (m *splitting) expected(k mechanism.Key, hint *format.Header) (shape, bool)
 	if err != nil {
 		return shape{}, false
 	}
+	// Every shard of one write has a block table or none.
 	return shape{version: hint.Version, objectLen: hint.ObjectLen, splits: hint.Splits, splitLen: hint.SplitLen,
-		ec: hint.EC, k: kk, r: r, shardSize: c.ShardSize(int(hint.SplitLen))}, true
+		ec: hint.EC, k: kk, r: r, shardSize: c.ShardSize(int(hint.SplitLen)), blocks: len(hint.Fields) > FieldsLen}, true
 }
 
 // whole reports whether the write g of split k, whose shards first..last
@@ -926,7 +1007,7 @@ func (m *splitting) whole(ctx context.Context, k mechanism.Key, g *shape, first,
 			continue
 		}
 		h, fl, err := format.PeekHeader(p.Result)
-		if err != nil || fl != FieldsLen || len(h.Fields) != FieldsLen {
+		if err != nil || fl != g.fieldsLen() || len(h.Fields) != FieldsLen {
 			continue
 		}
 		off := (p.Dev - k.Primary + m.env.N()) % m.env.N()
@@ -937,4 +1018,61 @@ func (m *splitting) whole(ctx context.Context, k mechanism.Key, g *shape, first,
 		}
 	}
 	return n >= g.k
+}
+
+// bare is the header of g's shards without RM fields: what a range read
+// that read no header returns.
+func (g *shape) bare() format.Header {
+	return format.Header{RM: format.RMSplitting, EC: g.ec, Splits: g.splits, SplitLen: g.splitLen,
+		ObjectLen: g.objectLen, Version: g.version}
+}
+
+// readBlocks reads bytes [lo, hi) of split k of write g by partial device
+// reads: of each covering shard, the blocks holding the range and their
+// entries of its block table, and verifies each block against its entry
+// (blockCRC: the write's version, the shard's index and the block's
+// number are in it). It reads no header: a block that verifies is of
+// write g, at its place. false: a read failed or a block did not verify.
+func (m *splitting) readBlocks(ctx context.Context, k mechanism.Key, g *shape, lo, hi int) ([]byte, bool) {
+	s := g.shardSize
+	first, last := lo/s, (hi-1)/s
+	type span struct{ index, b0, b1, lo, hi int } // blocks b0..b1 of shard index, bytes lo..hi of it wanted
+	var spans []span
+	var parts []mechanism.Part
+	for i := first; i <= last; i++ {
+		slo, shi := max(lo-i*s, 0), min(hi-i*s, s)
+		sp := span{index: i, b0: slo / BlockSize, b1: (shi - 1) / BlockSize, lo: slo, hi: shi}
+		spans = append(spans, sp)
+		dev, key := m.env.Dev(k.Primary, i), k.PieceKey(i, g.version)
+		parts = append(parts,
+			mechanism.Part{Dev: dev, Key: key, Off: format.HeaderLen + FieldsLen + 4*sp.b0, Len: 4 * (sp.b1 - sp.b0 + 1)},
+			mechanism.Part{Dev: dev, Key: key, Off: format.HeaderLen + g.fieldsLen() + sp.b0*BlockSize, Len: min((sp.b1+1)*BlockSize, s) - sp.b0*BlockSize})
+	}
+	m.env.ReadParts(ctx, parts)
+	out := make([]byte, 0, hi-lo)
+	for j, sp := range spans {
+		table, data := &parts[2*j], &parts[2*j+1]
+		if table.Err != nil || data.Err != nil || len(table.Result) != table.Len || len(data.Result) != data.Len {
+			return nil, false
+		}
+		for b := sp.b0; b <= sp.b1; b++ {
+			block := data.Result[(b-sp.b0)*BlockSize : min((b-sp.b0+1)*BlockSize, len(data.Result))]
+			if blockCRC(g.version, sp.index, b, block) != binary.LittleEndian.Uint32(table.Result[4*(b-sp.b0):]) {
+				return nil, false
+			}
+		}
+		base := sp.b0 * BlockSize
+		out = append(out, data.Result[sp.lo-base:sp.hi-base]...)
+	}
+	return out, true
+}
+
+// VerifiesHeader tells the array that a range read of a value whose split
+// 0 header is h (read alone, fieldsLen bytes of RM fields) verifies that
+// header itself: the shards carry block tables, whose checksums are seeded
+// with the write's version and each shard's place, and a range read
+// counts the write's shards (RetrieveRange) before it returns any byte.
+func (m *splitting) VerifiesHeader(h *format.Header, fieldsLen int) bool {
+	_, _, ok := m.geometry(&format.Header{RM: h.RM, Fields: h.Fields[:min(len(h.Fields), FieldsLen)]})
+	return ok && len(h.Fields) >= FieldsLen && fieldsLen > FieldsLen && h.Splits >= 1 && uint64(h.SplitLen) <= h.ObjectLen
 }
