@@ -392,3 +392,33 @@ func TestRangeReadOfCutShortWrite(t *testing.T) {
 		t.Fatalf("whole read after the cut-short write: %v (old %v)", err, bytes.Equal(got, old))
 	}
 }
+
+// TestRangeReadAlignedBlocks: with KV-SSD values (2 MiB), a huge
+// Splitting value's shards are whole blocks, so a 4 KiB range at a 4 KiB
+// offset of the value, in any split, reads one block: at most 2 × 4 KiB
+// from the devices in all (the target).
+func TestRangeReadAlignedBlocks(t *testing.T) {
+	r := newRig(t, 6, everyMechanism())
+	rng := newRand(t)
+	split := r.a.mechs[2].SplitCap()
+	v := randBytes(rng, 2*split+123<<10)
+	r.mustStore("huge", v, Using("splitting"))
+	for range 20 {
+		off := int64(rng.IntN(len(v)/4096)) * 4096
+		n := min(int64(4096), int64(len(v))-off)
+		for _, m := range r.mems {
+			m.ResetStats()
+		}
+		got, err := r.a.RetrieveRange(ctx, []byte("huge"), off, n)
+		if err != nil || !bytes.Equal(got, v[off:off+n]) {
+			t.Fatalf("range at %d: %v", off, err)
+		}
+		var b int64
+		for _, m := range r.mems {
+			b += m.Stats().BytesRead
+		}
+		if b > 2*4096 {
+			t.Errorf("range of 4 KiB at %d (split %d): %d bytes read, want at most %d", off, off/int64(split), b, 2*4096)
+		}
+	}
+}

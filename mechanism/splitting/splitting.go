@@ -93,6 +93,10 @@ const FieldsLen = 7
 // on devices too small for one) are read as before.
 const BlockSize = 4096
 
+// alignFrom is how many blocks a shard must hold at least for the largest
+// shard to be cut to whole blocks (see newSplitting).
+const alignFrom = 100
+
 // blocks is how many blocks a shard of size bytes has.
 func blocks(size int) int { return (size + BlockSize - 1) / BlockSize }
 
@@ -163,6 +167,12 @@ func newSplitting(env *mechanism.Env, k, r int) (*splitting, error) {
 	tables := maxShard >= 1
 	if !tables {
 		maxShard = avail
+	}
+	if tables && maxShard >= alignFrom*BlockSize {
+		// Whole blocks: the shards of a huge value then start at
+		// multiples of BlockSize of the value, and a block-aligned range
+		// of it reads one block, not two (less than 1% of the shard).
+		maxShard -= maxShard % BlockSize
 	}
 	return &splitting{env: env, k: k, r: r, codec: codec, splitCap: splitCap(codec, maxShard), tables: tables}, nil
 }

@@ -937,5 +937,8 @@ func maxShard(n int) int {
 	for s+4*((s+BlockSize-1)/BlockSize) > n-format.HeaderLen-FieldsLen {
 		s--
 	}
+	if s >= alignFrom*BlockSize {
+		s -= s % BlockSize
+	}
 	return s
 }
