@@ -121,7 +121,7 @@ var commands = []*command{
 		multiple(block("data", keyArg("key"), strArg("value")))), -1, 2),
 	rcmd("strlen", 2, "string", "2.2.0", "Returns the length of a value (reads its header, not the value).", cmdStrlen, keyArg("key")),
 	wcmd("append", 3, "string", "2.0.0", "Appends a string to the value of a key (the array reads, edits and stores the value: docs/partial-io.md).", cmdAppend, keyArg("key"), strArg("value")),
-	rcmd("getrange", 4, "string", "2.4.0", "Returns a substring of the value of a key (reads only the pieces covering it).", cmdGetRange, keyArg("key"), intArg("start"), intArg("end")),
+	rcmd("getrange", 4, "string", "2.4.0", "Returns a substring of the value of a key (reads only what covers it: docs/partial-io.md).", cmdGetRange, keyArg("key"), intArg("start"), intArg("end")),
 	rcmd("substr", 4, "string", "1.0.0", "Returns a substring of the value of a key (GETRANGE).", cmdGetRange, keyArg("key"), intArg("start"), intArg("end")),
 	wcmd("setrange", 4, "string", "2.2.0", "Overwrites part of a value at an offset (the array reads, edits and stores the value).", cmdSetRange, keyArg("key"), intArg("offset"), strArg("value")),
 	wcmd("incr", 2, "string", "1.0.0", "Increments the integer value of a key by one.", cmdIncr, keyArg("key")),
