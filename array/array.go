@@ -159,12 +159,13 @@ type Array struct {
 	reasonMu sync.Mutex
 	reasons  []error // why each device was failed at open; guarded by reasonMu
 
-	closeMu sync.RWMutex
-	closed  bool
-	wg      sync.WaitGroup // async operations in flight
-	stop    chan struct{}  // closed by Close: stops background work
-	bg      sync.WaitGroup // background work
-	meta    *metaCache     // nil: none
+	closeMu  sync.RWMutex
+	closed   bool
+	haltOnce sync.Once
+	wg       sync.WaitGroup // async operations in flight
+	stop     chan struct{}  // closed by Close: stops background work
+	bg       sync.WaitGroup // background work
+	meta     *metaCache     // nil: none
 }
 
 func build(devs []device.Device, opts []Option) (*Array, error) {
@@ -381,9 +382,7 @@ func (a *Array) Close() error {
 	}
 	a.closed = true
 	a.closeMu.Unlock()
-	close(a.stop)
-	a.bg.Wait()
-	a.wg.Wait()
+	a.haltOnce.Do(a.halt)
 	// A copy of a device taken while the array ran is older than this.
 	a.advanceEpoch(context.Background())
 	var errs []error
@@ -394,6 +393,41 @@ func (a *Array) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// halt stops the array's background work and waits for the operations in
+// flight, leaving the devices open.
+func (a *Array) halt() {
+	close(a.stop)
+	a.bg.Wait()
+	a.wg.Wait()
+	for _, m := range a.mechs {
+		if c, ok := m.(closer); ok {
+			c.Close() // background work of the mechanism (Packing's log replay)
+		}
+	}
+}
+
+// settler is implemented by mechanisms that defer work (Packing's delta
+// log, folded into its parities when idle).
+type settler interface {
+	Settle(ctx context.Context) error
+}
+
+// Settle does now the work the mechanisms deferred, so that the devices
+// hold what they would once idle: reports of space use call it first.
+func (a *Array) Settle(ctx context.Context) error {
+	var errs []error
+	for _, m := range a.mechs {
+		if s, ok := m.(settler); ok {
+			errs = append(errs, s.Settle(ctx))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// closer is implemented by mechanisms with background work to stop
+// before the devices close.
+type closer interface{ Close() }
 
 // begin registers an operation, failing once the array is closed.
 func (a *Array) begin() error {

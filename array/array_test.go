@@ -64,6 +64,10 @@ func TestRoundTrip(t *testing.T) {
 					t.Fatalf("retrieve after delete: %v", err)
 				}
 			}
+			// Packing logs its deletes and folds the log when idle.
+			if err := r.a.Settle(ctx); err != nil {
+				t.Fatalf("settle: %v", err)
+			}
 			for i, m := range r.mems {
 				info, _ := m.Info(ctx)
 				if info.Keys != 1 { // the array header

@@ -74,10 +74,13 @@ func TestFailEachOperationInTurn(t *testing.T) {
 	}
 	// Count the workload's operations on the device.
 	counter := faultdev.OnIndex(-1, nil)
-	run(counter)
+	rc, _ := run(counter)
 	total := counter.Count()
 	if total == 0 {
 		t.Fatal("the workload never touched the device")
+	}
+	if segments(rc) == 0 {
+		t.Fatal("the workload never logged a packing update or delete (the delta log is untested)")
 	}
 	for i := int64(0); i < total; i++ {
 		r, allowed := run(faultdev.OnIndex(i, nil))

@@ -61,7 +61,9 @@ func newRigLimits(t testing.TB, n int, l device.Limits, opts ...Option) *rig {
 // reopen opens a new Array over the same devices, as a restart would.
 func (r *rig) reopen() {
 	r.t.Helper()
-	// Not Close: that would close the devices, which outlive the array here.
+	// Not Close: that would close the devices, which outlive the array
+	// here. Its background work stops, as a process's would.
+	r.a.haltOnce.Do(r.a.halt)
 	a, err := Open(context.Background(), r.devs, r.opts...)
 	if err != nil {
 		r.t.Fatalf("reopen: %v", err)

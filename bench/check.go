@@ -166,10 +166,11 @@ func (res *Result) check(o Options) error {
 		return errors.Join(errs...)
 	}
 	if res.Workload == Update && res.Mechanism == "packing" {
-		// An update patches the r parities of the member's set: the
-		// member and r parities written, the old member (the read before
-		// write) and the parities read.
-		writes = span{1 + r, k + r}
+		// An update writes the member and logs its delta in r segments
+		// shared with the updates in flight (1 + r/batch); one that
+		// cannot be logged patches the r parities in place, after
+		// reading them. The read before write is the old member.
+		writes = span{1, k + r}
 		hybrid = 0
 		reads = span{1, 1 + k + r}
 	}

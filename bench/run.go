@@ -114,8 +114,14 @@ func (in *instance) counts() Counts {
 	return t
 }
 
-// used is the bytes of keys and values on the devices.
+// used is the bytes of keys and values on the devices, once the array
+// has done the work it defers when busy (Packing's delta log).
 func (in *instance) used(ctx context.Context) (int64, error) {
+	if in.a != nil {
+		if err := in.a.Settle(ctx); err != nil {
+			return 0, err
+		}
+	}
 	var n int64
 	for i, d := range in.devs {
 		info, err := d.Info(ctx)

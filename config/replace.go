@@ -158,3 +158,31 @@ func replaceFile(path string, data []byte) error {
 	}
 	return err
 }
+
+// Save validates c and writes it to path as Marshal does (the file's
+// comments are not kept), re-reading the result as Load would before it
+// replaces path, atomically and keeping path's permissions: a config can
+// hold passwords. `kvarray tune` writes its thresholds with it.
+func (c *Config) Save(path string) error {
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	data, err := c.Marshal()
+	if err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if _, err := Parse(data, dir); err != nil {
+		return fmt.Errorf("config %s: as written: %w", path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := replaceFile(path, data); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}

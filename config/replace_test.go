@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,5 +88,47 @@ func TestSetAndOpenDevice(t *testing.T) {
 	}
 	if name, err := c.DeviceName(2); err != nil || name != "pebble:"+filepath.Join(dir, "data", "new") {
 		t.Errorf("DeviceName = %q, %v", name, err)
+	}
+}
+
+// TestSave writes a config that reads back equal, keeps the file's
+// permissions (a config can hold passwords), and refuses an invalid one
+// without touching the file.
+func TestSave(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "kvarray.yaml")
+	c := Default("data", 6)
+	if err := c.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := Size(2 << 10)
+	got.Thresholds = []Threshold{{Max: &small, RM: "replication"}, {RM: "splitting"}}
+	if err := got.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again.Thresholds) != 2 || *again.Thresholds[0].Max != small || again.Thresholds[1].RM != "splitting" || again.Devices[5] != c.Devices[5] {
+		t.Errorf("read back %+v", again)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode after Save: %v, %v", fi.Mode(), err)
+	}
+	before, _ := os.ReadFile(path)
+	again.Thresholds = []Threshold{{RM: "raid5"}}
+	if err := again.Save(path); !errors.Is(err, ErrInvalid) {
+		t.Errorf("saving an invalid config: %v", err)
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(before) {
+		t.Error("a refused Save changed the file")
 	}
 }

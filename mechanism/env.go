@@ -198,6 +198,13 @@ func WithDryRun(ctx context.Context, dr *DryRun) context.Context {
 	return context.WithValue(ctx, dryRunKey{}, dr)
 }
 
+// DryRunning reports whether ctx is under a DryRun: its writes only
+// pretend to land, so nothing may be forgotten on their account.
+func DryRunning(ctx context.Context) bool {
+	_, ok := ctx.Value(dryRunKey{}).(*DryRun)
+	return ok
+}
+
 // Writes returns the number of writes skipped.
 func (dr *DryRun) Writes() int {
 	dr.mu.Lock()

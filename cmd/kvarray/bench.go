@@ -299,18 +299,27 @@ func (c *cli) benchOutput(rep *bench.Report, asJSON bool, chart string) error {
 
 // replot prints or charts a saved report.
 func (c *cli) replot(path string, asJSON bool, chart string) error {
-	data, err := os.ReadFile(path)
+	rep, err := readReport(path)
 	if err != nil {
 		return err
 	}
+	return c.benchOutput(rep, asJSON, chart)
+}
+
+// readReport reads a bench report saved with --json.
+func readReport(path string) (*bench.Report, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
 	var rep bench.Report
 	if err := json.Unmarshal(data, &rep); err != nil {
-		return fmt.Errorf("%s: not a bench report: %w", path, err)
+		return nil, fmt.Errorf("%s: not a bench report: %w", path, err)
 	}
 	if rep.Version != bench.ReportVersion {
-		return fmt.Errorf("%s: report version %d, this kvarray reads version %d", path, rep.Version, bench.ReportVersion)
+		return nil, fmt.Errorf("%s: report version %d, this kvarray reads version %d", path, rep.Version, bench.ReportVersion)
 	}
-	return c.benchOutput(&rep, asJSON, chart)
+	return &rep, nil
 }
 
 func splitList(s []string) []string {

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/kvarray/kvarray/bench"
 	"github.com/kvarray/kvarray/reliability"
@@ -160,13 +160,10 @@ more conservative reading.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.Float64Var(&in.MTTFHours, "mttf", 2_000_000, "device mean time to failure, hours (a Samsung PM983's datasheet MTBF)")
-	fl.Float64Var(&rate, "repair-rate", 10000, "objects repaired per second")
+	modelFlags(fl, &in, &rate, &capacity)
 	fl.StringVar(&speed, "rebuild-speed", "", "rebuild speed in bytes per second (e.g. 200MiB), instead of --repair-rate")
 	fl.StringVar(&fromBench, "from-bench", "", "repair rates from a rebuild measured by 'kvarray bench --rebuild --json' (`FILE`)")
 	fl.StringVar(&in.Scope, "scope", "object", "what μ repairs: object (the paper's model) or device")
-	fl.StringVar(&capacity, "capacity", "3.84TB", "capacity of one device")
-	fl.Float64Var(&in.Fill, "fill", 1, "fraction of the capacity holding data")
 	fl.StringVar(&object, "object", "4KiB", "mean user object size O")
 	fl.StringVar(&md, "metadata", "0", "packing metadata per object M")
 	fl.IntVar(&devices, "devices", 6, "number of devices N")
@@ -177,26 +174,36 @@ more conservative reading.`,
 	return cmd
 }
 
+// modelFlags registers the reliability model's inputs that mttdl and tune
+// share: device MTTF, repair rate, device capacity and fill.
+func modelFlags(fl *pflag.FlagSet, in *mttdlInputs, rate *float64, capacity *string) {
+	fl.Float64Var(&in.MTTFHours, "mttf", 2_000_000, "device mean time to failure, hours (a Samsung PM983's datasheet MTBF)")
+	fl.Float64Var(rate, "repair-rate", 10000, "objects repaired per second")
+	fl.StringVar(capacity, "capacity", "3.84TB", "capacity of one device")
+	fl.Float64Var(&in.Fill, "fill", 1, "fraction of the capacity holding data")
+}
+
 // rebuildRates reads the rebuild keys/s per mechanism from a bench report.
 func rebuildRates(path string) (map[string]float64, error) {
-	data, err := os.ReadFile(path)
+	rep, err := readReport(path)
 	if err != nil {
 		return nil, err
-	}
-	var rep bench.Report
-	if err := json.Unmarshal(data, &rep); err != nil {
-		return nil, fmt.Errorf("%s: not a bench report: %w", path, err)
 	}
 	if len(rep.Rebuild) == 0 {
 		return nil, fmt.Errorf("%s holds no rebuild results (run 'kvarray bench --rebuild --json')", path)
 	}
+	return reportRates(rep), nil
+}
+
+// reportRates are the rebuild keys/s per mechanism of a bench report.
+func reportRates(rep *bench.Report) map[string]float64 {
 	rates := map[string]float64{}
 	for _, r := range rep.Rebuild {
 		if r.KeysPerSec > 0 {
 			rates[r.Mechanism] = r.KeysPerSec
 		}
 	}
-	return rates, nil
+	return rates
 }
 
 // evaluate runs the model for m with the repair rate from rates (by
@@ -281,14 +288,15 @@ func printMTTDL(out io.Writer, rep mttdlReport) error {
 	return err
 }
 
-// cols is a minimal column aligner: the first column left, the others
-// right.
+// cols is a minimal column aligner: the first left columns (at least
+// one) to the left, the others right.
 type cols struct {
 	out  *strings.Builder
 	rows [][]string
+	left int // columns aligned to the left (at least the first)
 }
 
-func newCols(out *strings.Builder) *cols { return &cols{out: out} }
+func newCols(out *strings.Builder) *cols { return &cols{out: out, left: 1} }
 
 func (c *cols) row(cells ...string) { c.rows = append(c.rows, cells) }
 
@@ -300,15 +308,18 @@ func (c *cols) flush() {
 		}
 	}
 	for _, r := range c.rows {
+		var line strings.Builder
 		for i, s := range r {
 			pad := strings.Repeat(" ", width[i]-len([]rune(s)))
 			switch {
 			case i == 0:
-				c.out.WriteString(s + pad)
+				line.WriteString(s + pad)
+			case i < c.left:
+				line.WriteString("  " + s + pad)
 			default:
-				c.out.WriteString("  " + pad + s)
+				line.WriteString("  " + pad + s)
 			}
 		}
-		c.out.WriteByte('\n')
+		c.out.WriteString(strings.TrimRight(line.String(), " ") + "\n")
 	}
 }

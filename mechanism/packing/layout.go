@@ -180,18 +180,47 @@ func (f *parityFields) encode() []byte {
 	b := append(make([]byte, 0, 256), roleParity)
 	b = f.geometry.append(b)
 	b = append(b, byte(f.index), byte(len(f.members)))
-	for _, m := range f.members {
-		b = append(b, byte(m.slot))
-		b = binary.LittleEndian.AppendUint16(b, uint16(m.dev))
-		b = binary.LittleEndian.AppendUint16(b, uint16(m.split))
-		b = binary.LittleEndian.AppendUint32(b, m.splits)
-		b = binary.LittleEndian.AppendUint32(b, m.splitLen)
-		b = binary.LittleEndian.AppendUint64(b, m.objectLen)
-		b = binary.LittleEndian.AppendUint64(b, m.version)
-		b = binary.LittleEndian.AppendUint16(b, uint16(len(m.key)))
-		b = append(b, m.key...)
+	for i := range f.members {
+		b = appendMember(b, &f.members[i])
 	}
 	return b
+}
+
+// appendMember appends one member entry (the layout above).
+func appendMember(b []byte, m *member) []byte {
+	b = append(b, byte(m.slot))
+	b = binary.LittleEndian.AppendUint16(b, uint16(m.dev))
+	b = binary.LittleEndian.AppendUint16(b, uint16(m.split))
+	b = binary.LittleEndian.AppendUint32(b, m.splits)
+	b = binary.LittleEndian.AppendUint32(b, m.splitLen)
+	b = binary.LittleEndian.AppendUint64(b, m.objectLen)
+	b = binary.LittleEndian.AppendUint64(b, m.version)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(m.key)))
+	return append(b, m.key...)
+}
+
+// readMember decodes one member entry of a set of geometry g from the
+// start of b and returns the rest. The key aliases b.
+func readMember(b []byte, g *geometry) (member, []byte, error) {
+	if len(b) < memberEntryLen {
+		return member{}, nil, fmt.Errorf("%w: short packing member entry", format.ErrCorrupt)
+	}
+	m := member{
+		slot:      int(b[0]),
+		dev:       int(binary.LittleEndian.Uint16(b[1:])),
+		split:     int(binary.LittleEndian.Uint16(b[3:])),
+		splits:    binary.LittleEndian.Uint32(b[5:]),
+		splitLen:  binary.LittleEndian.Uint32(b[9:]),
+		objectLen: binary.LittleEndian.Uint64(b[13:]),
+		version:   binary.LittleEndian.Uint64(b[21:]),
+	}
+	kl := int(binary.LittleEndian.Uint16(b[29:]))
+	b = b[memberEntryLen:]
+	if len(b) < kl || m.slot >= g.k || int(m.splitLen) > g.shardSize {
+		return member{}, nil, fmt.Errorf("%w: packing member entry", format.ErrCorrupt)
+	}
+	m.key = b[:kl:kl]
+	return m, b[kl:], nil
 }
 
 func decodeParity(b []byte) (parityFields, error) {
@@ -213,25 +242,11 @@ func decodeParity(b []byte) (parityFields, error) {
 		return f, fmt.Errorf("%w: packing parity %d of %d with %d members", format.ErrCorrupt, f.index, f.r, n)
 	}
 	for i := 0; i < n; i++ {
-		if len(rest) < memberEntryLen {
-			return f, fmt.Errorf("%w: packing member entry %d", format.ErrCorrupt, i)
+		m, more, err := readMember(rest, &f.geometry)
+		if err != nil {
+			return f, fmt.Errorf("entry %d: %w", i, err)
 		}
-		m := member{
-			slot:      int(rest[0]),
-			dev:       int(binary.LittleEndian.Uint16(rest[1:])),
-			split:     int(binary.LittleEndian.Uint16(rest[3:])),
-			splits:    binary.LittleEndian.Uint32(rest[5:]),
-			splitLen:  binary.LittleEndian.Uint32(rest[9:]),
-			objectLen: binary.LittleEndian.Uint64(rest[13:]),
-			version:   binary.LittleEndian.Uint64(rest[21:]),
-		}
-		kl := int(binary.LittleEndian.Uint16(rest[29:]))
-		rest = rest[memberEntryLen:]
-		if len(rest) < kl || m.slot >= f.k || int(m.splitLen) > f.shardSize {
-			return f, fmt.Errorf("%w: packing member entry %d", format.ErrCorrupt, i)
-		}
-		m.key = rest[:kl:kl]
-		rest = rest[kl:]
+		rest = more
 		f.members = append(f.members, m)
 	}
 	if len(rest) != 0 {

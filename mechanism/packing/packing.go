@@ -92,7 +92,7 @@ func New(k, r int, wait time.Duration) mechanism.Factory {
 			return nil, fmt.Errorf("packing: %w", err)
 		}
 		m := &Mechanism{env: env, k: k, r: r, wait: wait, codec: codec,
-			sets: keylock.New(), pending: make([][]*entry, env.N())}
+			sets: keylock.New(), pending: make([][]*entry, env.N()), log: newDeltaLog(env.N())}
 		if m.SplitCap() < 1 {
 			return nil, fmt.Errorf("packing: device values of %d bytes cannot hold a parity header", env.Limits().MaxValueLen)
 		}
@@ -115,6 +115,8 @@ type Mechanism struct {
 
 	idxMu sync.Mutex
 	index *setIndex // nil until a lost member is first looked up
+
+	log *deltaLog // updates and deletes not yet in the parities (log.go)
 
 	sets1 atomic.Int64 // sets formed, by members: for stats
 }
@@ -422,30 +424,36 @@ func (m *Mechanism) markUnpatched(ctx context.Context, pf *parityFields, parity 
 // parity[j] is not written.
 func (m *Mechanism) parityOps(pf *parityFields, v uint64, parity [][]byte) []mechanism.Op {
 	ops := make([]mechanism.Op, 0, len(parity))
-	key := setKey(pf.set)
 	for j := range parity {
-		if parity[j] == nil {
-			continue
+		if parity[j] != nil {
+			ops = append(ops, parityOp(pf, j, v, parity[j]))
 		}
-		f := *pf
-		f.index = j
-		h := format.Header{RM: format.RMPacking, EC: erasure.ReedSolomon, Splits: 1, Version: v, Fields: f.encode()}
-		ops = append(ops, mechanism.Op{Dev: pf.parity[j], Op: device.Op{Kind: device.OpStore, Key: key, Value: format.Encode(&h, parity[j])}})
 	}
 	return ops
 }
 
-// ---- reading a set ----
-
-// parity is one parity piece as read.
-type parity struct {
-	mechanism.Piece
-	f  parityFields
-	ok bool
+// parityOp returns the write of parity j of pf at version v.
+func parityOp(pf *parityFields, j int, v uint64, payload []byte) mechanism.Op {
+	f := *pf
+	f.index = j
+	h := format.Header{RM: format.RMPacking, EC: erasure.ReedSolomon, Splits: 1, Version: v, Fields: f.encode()}
+	return mechanism.Op{Dev: pf.parity[j], Op: device.Op{Kind: device.OpStore, Key: setKey(pf.set), Value: format.Encode(&h, payload)}}
 }
 
-// readParities reads the r parities of g.
+// ---- reading a set ----
+
+// parity is one parity piece as read, with the delta log applied.
+type parity struct {
+	mechanism.Piece
+	f      parityFields
+	ok     bool
+	logged bool // log entries were applied: the device holds an older parity
+}
+
+// readParities reads the r parities of g, brought up to date with the
+// delta log (see log.go).
 func (m *Mechanism) readParities(ctx context.Context, g geometry) []parity {
+	m.loadLog(ctx)
 	pieces := make([]parity, len(g.parity))
 	ops := make([]mechanism.Op, len(g.parity))
 	for j, d := range g.parity {
@@ -470,6 +478,7 @@ func (m *Mechanism) readParities(ctx context.Context, g geometry) []parity {
 			p.Err = fmt.Errorf("%w: parity %d of set %x on device %d does not match its set", format.ErrCorrupt, j, g.set, p.Dev)
 		default:
 			p.f, p.ok = f, true
+			m.applyLog(p)
 		}
 	}
 	return pieces
@@ -507,6 +516,9 @@ type setState struct {
 	version uint64       // that parity's version
 	shards  [][]byte
 	bad     []bool // per shard: the piece on the device must be rewritten
+	// logged, per parity: good, but the device holds an older parity
+	// that the delta log brings up to date (a repair folds it in)
+	logged []bool
 	// superseded, per data shard: the member's key has moved on (its
 	// primary holds a newer piece of it, or none at all): the set must
 	// retire the member, never write its old bytes back.
@@ -523,6 +535,13 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member, le
 	best := -1
 	for j := range pars {
 		if pars[j].ok && (best < 0 || pars[j].Value.Version > pars[best].Value.Version) {
+			best = j
+		}
+	}
+	for j := range pars {
+		// Of two parities at one version, the one more log entries made
+		// is the one a crash left ahead.
+		if best >= 0 && pars[j].ok && pars[j].Value.Version == pars[best].Value.Version && pars[j].logged && !pars[best].logged {
 			best = j
 		}
 	}
@@ -551,11 +570,17 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member, le
 	}
 	st.shards = make([][]byte, k+st.g.r)
 	st.bad = make([]bool, k+st.g.r)
+	st.logged = make([]bool, st.g.r)
 	st.superseded = make([]bool, k)
 	var why []error
 	for j := range pars {
-		if pars[j].ok && pars[j].Value.Version == st.version {
+		// A parity of the newest version counts only with the same
+		// membership: after a crash between the appends of two log
+		// entries, two parities may reach one version by different
+		// entries, and mixing them would reconstruct wrong bytes.
+		if pars[j].ok && pars[j].Value.Version == st.version && sameMembers(pars[j].f.members, st.f.members) {
 			st.shards[k+j] = pars[j].Value.Payload
+			st.logged[j] = pars[j].logged
 		} else {
 			st.bad[k+j] = true
 			why = append(why, fmt.Errorf("parity %d on device %d: version %d of %d: %v", j, pars[j].Dev, pars[j].Value.Version, st.version, pars[j].Err))
@@ -644,7 +669,7 @@ func (m *Mechanism) fromRoster(ctx context.Context, g geometry, roster []member)
 	}
 	m.env.Do(ctx, ops)
 	st := &setState{g: g, f: parityFields{geometry: g}, version: m.ids.Next(),
-		shards: m.newShards(g.shardSize), bad: make([]bool, g.k+g.r), superseded: make([]bool, g.k)}
+		shards: m.newShards(g.shardSize), bad: make([]bool, g.k+g.r), logged: make([]bool, g.r), superseded: make([]bool, g.k)}
 	for i, mb := range roster {
 		if ops[i].Err != nil && !errors.Is(ops[i].Err, device.ErrNotFound) {
 			// It may still be a member: without parity, its loss is final.
@@ -706,6 +731,14 @@ func (m *Mechanism) supersedes(op *mechanism.Op, mb *member) bool {
 	}
 	v, err := format.Decode(op.Result)
 	return err == nil && v.Version >= mb.version
+}
+
+// sameMembers reports whether two memberships list the same members at
+// the same versions.
+func sameMembers(a, b []member) bool {
+	return slices.EqualFunc(a, b, func(x, y member) bool {
+		return x.slot == y.slot && x.version == y.version && x.split == y.split && string(x.key) == string(y.key)
+	})
 }
 
 func pad(b []byte, n int) []byte {
@@ -776,10 +809,11 @@ func (m *Mechanism) oldMember(ctx context.Context, k mechanism.Key, prev *mechan
 	return memberFields{geometry: e.g, slot: e.m.slot}, format.Value{}, false, nil
 }
 
-// updateInPlace patches the set with the difference between the member's
-// old and new bytes. It reports done=false when that is not possible (the
-// new value is larger than the set's shard size, or the set is not
-// in a state to patch), for the caller to move the member instead.
+// updateInPlace keeps the member in its set: the difference between its
+// old and new bytes is logged (logChange), or, when it cannot be, patched
+// into the parities. It reports done=false when neither is possible (the
+// new value is larger than the set's shard size, or the set is not in a
+// state to patch), for the caller to move the member instead.
 func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mechanism.Object, value []byte, prev *mechanism.Prev) (bool, error) {
 	old, f, ok := m.ownPiece(ctx, k, prev)
 	if !ok || len(value) > f.shardSize {
@@ -790,6 +824,12 @@ func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mech
 		return true, err
 	}
 	defer tk.Release()
+	mb := member{slot: f.slot, dev: k.Primary, key: slices.Clone(k.User), split: k.Split, splits: obj.Splits,
+		splitLen: uint32(len(value)), objectLen: obj.ObjectLen, version: obj.Version}
+	e := &logEntry{g: f.geometry, slot: f.slot, from: old.Version, mb: mb, delta: xorPad(old.Payload, value)}
+	if done, err := m.logChange(ctx, k, e, f.roster, []mechanism.Op{m.memberOp(f.geometry, f.roster, &mb, value)}); done {
+		return true, err
+	}
 	pars := m.readParities(ctx, f.geometry)
 	good := fastParities(pars, k.User, k.Split, f.slot, old.Version)
 	if good == nil {
@@ -799,8 +839,6 @@ func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mech
 	if err != nil {
 		return true, err
 	}
-	mb := member{slot: f.slot, dev: k.Primary, key: k.User, split: k.Split, splits: obj.Splits,
-		splitLen: uint32(len(value)), objectLen: obj.ObjectLen, version: obj.Version}
 	pf := pars[good[0]].f
 	pf.members = slices.Clone(pf.members)
 	for i := range pf.members {
@@ -826,6 +864,7 @@ func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mech
 	if err := m.env.Acknowledge(ctx, ops); err != nil {
 		return true, fmt.Errorf("packing: update split %d of %q in set %x: %w", k.Split, k.User, f.set, err)
 	}
+	m.fold(ctx, f.set, pv)
 	m.noteSet(&pf, pv)
 	return true, nil
 }
@@ -967,6 +1006,18 @@ func (m *Mechanism) detachFrom(ctx context.Context, k mechanism.Key, f memberFie
 		return err
 	}
 	defer tk.Release()
+	if ok {
+		// A delete is an update to virtual zeros: logged, the replay
+		// drops the member and deletes a set left empty.
+		e := &logEntry{g: f.geometry, slot: f.slot, from: old.Version, leave: true,
+			mb: member{slot: f.slot, dev: k.Primary, key: slices.Clone(k.User), split: k.Split}, delta: slices.Clone(old.Payload)}
+		if done, err := m.logChange(ctx, k, e, f.roster, nil); done {
+			return err
+		}
+		if m.parityDevicesDown(f.geometry) {
+			return leave() // they failed under the append
+		}
+	}
 	pars := m.readParities(ctx, f.geometry)
 	var newPar [][]byte
 	var pf parityFields
@@ -1016,6 +1067,11 @@ func (m *Mechanism) detachFrom(ctx context.Context, k mechanism.Key, f memberFie
 	}
 	if err := m.env.Acknowledge(ctx, ops); err != nil {
 		return fmt.Errorf("packing: remove split %d of %q from set %x: %w", k.Split, k.User, f.set, err)
+	}
+	if len(pf.members) == 0 {
+		m.fold(ctx, f.set, ^uint64(0))
+	} else {
+		m.fold(ctx, f.set, pv)
 	}
 	m.noteSet(&pf, pv)
 	return nil
@@ -1175,10 +1231,22 @@ func (m *Mechanism) rewriteBad(ctx context.Context, st *setState, own func(*memb
 		return 0, err
 	}
 	var ops []mechanism.Op
+	// folds: parities good but for their log, written (the last ops) to
+	// fold it in; a check (dry run) does not count them as repairs.
+	folds := 0
+	fold := func(j int) bool { return !st.bad[st.g.k+j] && st.logged[j] }
 	if len(st.f.members) == 0 {
 		// Every member moved on: the set is gone.
-		for _, d := range st.g.parity {
-			ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: setKey(st.g.set)}})
+		for j, d := range st.g.parity {
+			if !fold(j) {
+				ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: setKey(st.g.set)}})
+			}
+		}
+		for j, d := range st.g.parity {
+			if fold(j) && !mechanism.DryRunning(ctx) {
+				ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: setKey(st.g.set)}})
+				folds++
+			}
 		}
 	}
 	for _, mb := range st.f.members {
@@ -1193,6 +1261,12 @@ func (m *Mechanism) rewriteBad(ctx context.Context, st *setState, own func(*memb
 				ops = append(ops, pops[j])
 			}
 		}
+		for j := range pops {
+			if fold(j) && !mechanism.DryRunning(ctx) {
+				ops = append(ops, pops[j])
+				folds++
+			}
+		}
 	}
 	m.env.Do(ctx, ops)
 	if err := mechanism.Quorum(ops, len(ops)); err != nil {
@@ -1201,8 +1275,15 @@ func (m *Mechanism) rewriteBad(ctx context.Context, st *setState, own func(*memb
 	if err := m.env.Acknowledge(ctx, ops); err != nil {
 		return 0, fmt.Errorf("packing: repair set %x: %w", st.g.set, err)
 	}
+	// Every parity now holds st.version, or is recorded stale and will
+	// be rebuilt whole: the log has nothing left to give them.
+	if len(st.f.members) == 0 {
+		m.fold(ctx, st.g.set, ^uint64(0))
+	} else {
+		m.fold(ctx, st.g.set, st.version)
+	}
 	written := 0
-	for i := range ops {
+	for i := range ops[:len(ops)-folds] {
 		if ops[i].Err == nil {
 			written++
 		}
@@ -1362,6 +1443,7 @@ func (m *Mechanism) indexIncomplete() bool {
 // listed, so the memory a build takes beyond the index itself (a set's
 // membership, not its parity data) does not grow with the number of sets.
 func (m *Mechanism) buildIndexLocked(ctx context.Context) error {
+	m.loadLog(ctx)
 	idx := newSetIndex()
 	idx.scanned = make([]bool, m.env.N())
 	for d := 0; d < m.env.N(); d++ {
@@ -1417,7 +1499,11 @@ func (m *Mechanism) indexParities(ctx context.Context, idx *setIndex, d int, key
 			continue
 		}
 		m.ids.Observe(v.Version)
-		idx.note(&f, v.Version)
+		version, err := m.log.applyFields(&f, v.Version)
+		if err != nil {
+			continue // a gap: the parity is bad, its set is known from the others
+		}
+		idx.note(&f, version)
 	}
 }
 
@@ -1427,6 +1513,23 @@ func (m *Mechanism) noteSet(f *parityFields, v uint64) {
 	defer m.idxMu.Unlock()
 	if m.index != nil {
 		m.index.note(f, v)
+	}
+}
+
+// noteEntry keeps a built index current with a change this process logged.
+func (m *Mechanism) noteEntry(e *logEntry) {
+	m.idxMu.Lock()
+	defer m.idxMu.Unlock()
+	if m.index == nil {
+		return
+	}
+	s, ok := m.index.sets[e.g.set]
+	if !ok || s.version >= e.pv {
+		return
+	}
+	f := s.f
+	if f.change(e) == nil {
+		m.index.note(&f, e.pv)
 	}
 }
 

@@ -1,0 +1,809 @@
+package packing
+
+// The parity-delta log: PARIX's idea, on KV devices.
+//
+// An update or a delete of a member does not read and patch its set's
+// parities in place. The array has already read the member's old bytes
+// (the read before write Packing needs), so the change is logged as the
+// data delta old ⊕ new, with the membership change (slot, key, version
+// from → to), on the set's parity devices. A data delta is the same for
+// every parity (parity j moves by c(j, slot) · delta), so any copy of an
+// entry brings any parity of its set up to date. Speculation as PARIX does
+// it (sending the new value alone, the old one only when the parity side
+// asks) would save nothing here: the old value is already in hand.
+//
+// The entries of concurrent changes share device writes: each parity
+// device has a queue, and one segment (a value under segKey(seq), kind
+// KindArray, so that listings, scrub and resync records pass it by)
+// carries every entry queued while the device's previous segment was
+// being written. An update thus costs its member write plus r segment
+// writes shared with the other changes in flight, and no read but the
+// array's.
+//
+// Invariants:
+//
+//   - An entry carries the set version pv it brings the parities to (a new
+//     version, newer than any before it), and applies to a parity only
+//     when pv is newer than the parity's own version; it must then find
+//     the member at its slot with version from. A parity whose entries do
+//     not chain that way (a gap) reads as bad, never as current. The
+//     effective parity (readParities) is the stored one with its newer
+//     entries applied in pv order.
+//   - Changes to one set are serialised by the set lock, from the read of
+//     the old member to the entry's landing, so a set's entries have
+//     distinct, ordered versions.
+//   - An entry is in memory once one copy of it is durable, and stays
+//     there, and in its segments, until a parity of its set was rewritten
+//     at a version at least its own (replay, repair, an in-place patch):
+//     the parities that were not are bad by then (recorded stale, or a gap)
+//     and are rebuilt whole. A segment is deleted when it holds no live
+//     entry.
+//   - The in-memory log is the union of the segments on the devices: a
+//     device's segments are loaded before any of its parities is used
+//     after an open, and a parity on a device whose segments could not be
+//     read is treated as unreadable.
+//   - Replay (rewriting parities with their entries applied) runs when the
+//     log holds more than logHigh bytes, after logIdle without a change,
+//     and on every repair of the set (scrub, rebuild, resync).
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/erasure"
+	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/mechanism"
+)
+
+// logKeyPrefix starts the user part of every segment key.
+var logKeyPrefix = []byte("\x00kvarray-plog")
+
+func segKey(seq uint64) []byte {
+	return format.Key(binary.BigEndian.AppendUint64(slices.Clip(logKeyPrefix), seq), 0, format.KindArray)
+}
+
+const roleLog = 2 // RM fields of a segment
+
+// Replay thresholds: see the package's log invariants.
+var (
+	logHigh = int64(64 << 20)
+	logIdle = time.Second
+)
+
+// errLogGap marks a parity that a log entry newer than it cannot be applied
+// to, or whose device's log could not be read.
+var errLogGap = errors.New("packing: parity does not chain with the delta log")
+
+// logEntry is one logged change of a member.
+type logEntry struct {
+	g     geometry
+	pv    uint64 // set version after the change
+	slot  int
+	from  uint64 // member version before the change
+	leave bool   // the member leaves the set: its slot becomes zeros
+	mb    member // the member after the change (key and split when leaving)
+	delta []byte // old ⊕ new bytes of the slot (shorter than the shard: zeros follow)
+
+	copies []*segment // guarded by deltaLog.mu
+}
+
+// segment is one segment value on one device.
+type segment struct {
+	dev  int
+	key  string
+	refs int // live entries it holds
+}
+
+// deltaLog is the in-memory log and the devices' append queues.
+type deltaLog struct {
+	mu     sync.Mutex
+	sets   map[uint64][]*logEntry // per set, ascending pv
+	segs   map[segRef]*segment
+	bytes  int64
+	queues []appendQueue
+
+	loadMu sync.Mutex
+	loaded []bool // devices whose segments are in sets
+	// appendMu: appends hold it shared, a load exclusive, so that a
+	// segment is never both loaded and registered by its writer.
+	appendMu sync.RWMutex
+
+	bg        sync.WaitGroup
+	idle      *time.Timer
+	replaying bool
+	closed    bool
+}
+
+type segRef struct {
+	dev int
+	key string
+}
+
+type appendQueue struct {
+	pending []*pendingAppend
+	busy    bool
+}
+
+type pendingAppend struct {
+	e    *logEntry
+	done chan error
+}
+
+func newDeltaLog(n int) *deltaLog {
+	return &deltaLog{sets: map[uint64][]*logEntry{}, segs: map[segRef]*segment{},
+		queues: make([]appendQueue, n), loaded: make([]bool, n)}
+}
+
+// ---- encoding ----
+
+// Entry layout: geometry, pv (8), from (8), slot (1), leave (1), the
+// member entry (parity layout), delta length (4), delta.
+func (e *logEntry) append(b []byte) []byte {
+	b = e.g.append(b)
+	b = binary.LittleEndian.AppendUint64(b, e.pv)
+	b = binary.LittleEndian.AppendUint64(b, e.from)
+	leave := byte(0)
+	if e.leave {
+		leave = 1
+	}
+	b = append(b, byte(e.slot), leave)
+	b = appendMember(b, &e.mb)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(e.delta)))
+	return append(b, e.delta...)
+}
+
+func (e *logEntry) encodedLen() int {
+	return geometryLen + 2*e.g.r + 18 + memberEntryLen + len(e.mb.key) + 4 + len(e.delta)
+}
+
+// readEntry decodes one entry from the start of b; it owns nothing of b.
+func readEntry(b []byte) (*logEntry, []byte, error) {
+	e := &logEntry{}
+	rest, err := e.g.decode(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(rest) < 18 {
+		return nil, nil, fmt.Errorf("%w: short packing log entry", format.ErrCorrupt)
+	}
+	e.pv = binary.LittleEndian.Uint64(rest)
+	e.from = binary.LittleEndian.Uint64(rest[8:])
+	e.slot, e.leave = int(rest[16]), rest[17] == 1
+	if e.mb, rest, err = readMember(rest[18:], &e.g); err != nil {
+		return nil, nil, err
+	}
+	e.mb.key = slices.Clone(e.mb.key)
+	if len(rest) < 4 {
+		return nil, nil, fmt.Errorf("%w: short packing log entry", format.ErrCorrupt)
+	}
+	n := int(binary.LittleEndian.Uint32(rest))
+	rest = rest[4:]
+	if n > len(rest) || n > e.g.shardSize || e.slot >= e.g.k || e.mb.slot != e.slot {
+		return nil, nil, fmt.Errorf("%w: packing log entry", format.ErrCorrupt)
+	}
+	e.delta = slices.Clone(rest[:n])
+	return e, rest[n:], nil
+}
+
+// segCap is the most entry bytes one segment holds.
+func (m *Mechanism) segCap() int {
+	return m.env.Limits().MaxValueLen - format.HeaderLen - 1
+}
+
+// ---- membership and parity bytes ----
+
+// change applies e's membership change to f, or fails with errLogGap.
+func (f *parityFields) change(e *logEntry) error {
+	i := slices.IndexFunc(f.members, func(mb member) bool { return mb.slot == e.slot })
+	if i < 0 || f.members[i].version != e.from || f.members[i].split != e.mb.split || string(f.members[i].key) != string(e.mb.key) {
+		return fmt.Errorf("%w: set %x slot %d: entry %d expects version %d", errLogGap, f.set, e.slot, e.pv, e.from)
+	}
+	f.members = slices.Clone(f.members)
+	if e.leave {
+		f.members = slices.Delete(f.members, i, i+1)
+	} else {
+		f.members[i] = e.mb
+	}
+	return nil
+}
+
+// newer returns the entries of set newer than version v, in order.
+func (l *deltaLog) newer(set, v uint64) []*logEntry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	es := l.sets[set]
+	i, _ := slices.BinarySearchFunc(es, v, func(e *logEntry, v uint64) int {
+		switch {
+		case e.pv <= v:
+			return -1
+		default:
+			return 1
+		}
+	})
+	return slices.Clone(es[i:])
+}
+
+// applyFields brings the membership f at version v up to date with the log
+// and returns its version.
+func (l *deltaLog) applyFields(f *parityFields, v uint64) (uint64, error) {
+	for _, e := range l.newer(f.set, v) {
+		if err := f.change(e); err != nil {
+			return v, err
+		}
+		v = e.pv
+	}
+	return v, nil
+}
+
+// applyLog turns parity p, as read, into the effective parity: the newer
+// entries applied to its membership and bytes. A gap, or a device whose
+// log is not loaded, makes p bad.
+func (m *Mechanism) applyLog(p *parity) {
+	if !m.log.isLoaded(p.Dev) {
+		p.ok, p.Err = false, fmt.Errorf("%w: the delta log of device %d is not read", errLogGap, p.Dev)
+		return
+	}
+	es := m.log.newer(p.f.set, p.Value.Version)
+	if len(es) == 0 {
+		return
+	}
+	g := &p.f.geometry
+	codec, err := erasure.Lookup(erasure.ReedSolomon, g.k, g.r)
+	if err != nil {
+		p.ok, p.Err = false, err
+		return
+	}
+	shards := make([][]byte, g.k+g.r)
+	for j := range g.r {
+		shards[g.k+j] = make([]byte, g.shardSize) // the other parities: scratch
+	}
+	shards[g.k+p.f.index] = p.Value.Payload
+	newData := make([][]byte, g.k)
+	for _, e := range es {
+		if err := p.f.change(e); err != nil {
+			p.ok, p.Err = false, err
+			return
+		}
+		shards[e.slot] = make([]byte, g.shardSize) // old data: zeros, so the update adds delta
+		newData[e.slot] = pad(e.delta, g.shardSize)
+		if err := codec.Update(shards, newData); err != nil {
+			p.ok, p.Err = false, err
+			return
+		}
+		shards[e.slot], newData[e.slot] = nil, nil
+		p.Value.Version = e.pv
+	}
+	p.logged = true
+}
+
+// ---- appending ----
+
+// appendEntry writes e to the segments of devices devs and returns each
+// device's outcome. Once one copy is durable e is in the log.
+func (m *Mechanism) appendEntry(ctx context.Context, devs []int, e *logEntry) []error {
+	// Only the append and the add hold appendMu: noteEntry takes the
+	// index lock, under which an index build loads the log.
+	m.log.appendMu.RLock()
+	dones := make([]chan error, len(devs))
+	for i, d := range devs {
+		dones[i] = m.enqueue(d, e)
+	}
+	errs := make([]error, len(devs))
+	landed := false
+	for i := range dones {
+		errs[i] = <-dones[i]
+		landed = landed || errs[i] == nil
+	}
+	if landed {
+		m.log.add(e)
+	}
+	m.log.appendMu.RUnlock()
+	if landed {
+		m.noteEntry(e)
+		m.replaySoon()
+	}
+	return errs
+}
+
+// enqueue queues e for device d, starting a flusher if none runs.
+func (m *Mechanism) enqueue(d int, e *logEntry) chan error {
+	pa := &pendingAppend{e: e, done: make(chan error, 1)}
+	l := m.log
+	l.mu.Lock()
+	q := &l.queues[d]
+	q.pending = append(q.pending, pa)
+	start := !q.busy
+	q.busy = true
+	l.mu.Unlock()
+	if start {
+		go m.flush(d)
+	}
+	return pa.done
+}
+
+// flush writes device d's queue as segments until it is empty.
+func (m *Mechanism) flush(d int) {
+	l := m.log
+	ctx := context.Background()
+	for {
+		l.mu.Lock()
+		q := &l.queues[d]
+		n, size := 0, 0
+		for n < len(q.pending) && (n == 0 || size+q.pending[n].e.encodedLen() <= m.segCap()) {
+			size += q.pending[n].e.encodedLen()
+			n++
+		}
+		batch := q.pending[:n:n]
+		q.pending = q.pending[n:]
+		if n == 0 {
+			q.busy = false
+		}
+		l.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		payload := make([]byte, 0, size)
+		for _, pa := range batch {
+			payload = pa.e.append(payload)
+		}
+		key := segKey(m.ids.Next())
+		h := format.Header{RM: format.RMPacking, EC: erasure.ReedSolomon, Splits: 1, Fields: []byte{roleLog}}
+		ops := []mechanism.Op{{Dev: d, Op: device.Op{Kind: device.OpStore, Key: key, Value: format.Encode(&h, payload)}}}
+		m.env.Do(ctx, ops)
+		if err := ops[0].Err; err == nil {
+			l.mu.Lock()
+			s := &segment{dev: d, key: string(key), refs: len(batch)}
+			l.segs[segRef{d, s.key}] = s
+			for _, pa := range batch {
+				pa.e.copies = append(pa.e.copies, s)
+			}
+			l.mu.Unlock()
+		}
+		for _, pa := range batch {
+			pa.done <- ops[0].Err
+		}
+	}
+}
+
+// add puts e in the log, unless a copy of it (loaded meanwhile) is there.
+func (l *deltaLog) add(e *logEntry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.insertLocked(e)
+}
+
+func (l *deltaLog) insertLocked(e *logEntry) *logEntry {
+	es := l.sets[e.g.set]
+	i, found := slices.BinarySearchFunc(es, e.pv, func(x *logEntry, v uint64) int {
+		switch {
+		case x.pv < v:
+			return -1
+		case x.pv > v:
+			return 1
+		}
+		return 0
+	})
+	if found {
+		return es[i]
+	}
+	l.sets[e.g.set] = slices.Insert(es, i, e)
+	l.bytes += int64(len(e.delta))
+	return e
+}
+
+// fold forgets the entries of set up to version v, which a parity now
+// holds, and deletes the segments left without a live entry.
+func (m *Mechanism) fold(ctx context.Context, set, v uint64) {
+	if mechanism.DryRunning(ctx) {
+		return
+	}
+	l := m.log
+	l.mu.Lock()
+	es := l.sets[set]
+	n := 0
+	for n < len(es) && es[n].pv <= v {
+		n++
+	}
+	var del []mechanism.Op
+	for _, e := range es[:n] {
+		l.bytes -= int64(len(e.delta))
+		for _, s := range e.copies {
+			if s.refs--; s.refs == 0 {
+				delete(l.segs, segRef{s.dev, s.key})
+				del = append(del, mechanism.Op{Dev: s.dev, Op: device.Op{Kind: device.OpDelete, Key: []byte(s.key)}})
+			}
+		}
+	}
+	if n == len(es) {
+		delete(l.sets, set)
+	} else if n > 0 {
+		l.sets[set] = slices.Clone(es[n:])
+	}
+	l.mu.Unlock()
+	// A delete that fails leaves a segment whose entries are older than
+	// their parities: loaded again at the next open, they are skipped and
+	// folded by the next replay.
+	m.env.Do(context.WithoutCancel(ctx), del)
+}
+
+// ---- loading ----
+
+func (l *deltaLog) isLoaded(d int) bool {
+	l.loadMu.Lock()
+	defer l.loadMu.Unlock()
+	return l.loaded[d]
+}
+
+// loadLog reads the segments of every device not read yet that answers.
+func (m *Mechanism) loadLog(ctx context.Context) {
+	l := m.log
+	if !m.logUnread() {
+		return
+	}
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
+	l.loadMu.Lock()
+	defer l.loadMu.Unlock()
+	for d := range l.loaded {
+		if l.loaded[d] || m.env.State(d) == mechanism.Failed {
+			continue
+		}
+		var keys [][]byte
+		err := m.env.Device(d).Iterate(ctx, logKeyPrefix, func(key []byte) error {
+			keys = append(keys, slices.Clone(key))
+			return nil
+		})
+		if err == nil {
+			err = m.loadSegments(ctx, d, keys)
+		}
+		l.loaded[d] = err == nil
+	}
+	// Entries loaded may all be folded already (a segment whose delete
+	// failed): the idle replay forgets them.
+	m.replaySoon()
+}
+
+// logUnread reports whether a device that answers has its segments unread.
+func (m *Mechanism) logUnread() bool {
+	l := m.log
+	l.loadMu.Lock()
+	defer l.loadMu.Unlock()
+	for d, done := range l.loaded {
+		if !done && m.env.State(d) != mechanism.Failed {
+			return true
+		}
+	}
+	return false
+}
+
+// loadSegments reads segments keys of device d into the log.
+func (m *Mechanism) loadSegments(ctx context.Context, d int, keys [][]byte) error {
+	l := m.log
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), indexChunk)]
+		keys = keys[len(chunk):]
+		ops := make([]mechanism.Op, 0, len(chunk))
+		for _, key := range chunk {
+			l.mu.Lock()
+			_, known := l.segs[segRef{d, string(key)}]
+			l.mu.Unlock()
+			if !known {
+				ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpRetrieve, Key: key}})
+			}
+		}
+		m.env.Do(ctx, ops)
+		for i := range ops {
+			if errors.Is(ops[i].Err, device.ErrNotFound) {
+				continue // folded meanwhile
+			}
+			if ops[i].Err != nil {
+				return ops[i].Err
+			}
+			v, err := format.Decode(ops[i].Result)
+			if err == nil && (len(v.Fields) != 1 || v.Fields[0] != roleLog) {
+				err = fmt.Errorf("%w: not a packing log segment", format.ErrCorrupt)
+			}
+			var es []*logEntry
+			for rest := v.Payload; err == nil && len(rest) > 0; {
+				var e *logEntry
+				if e, rest, err = readEntry(rest); err == nil {
+					es = append(es, e)
+				}
+			}
+			if err != nil {
+				// A corrupt segment: its copies on the other parity
+				// devices still count, and this device's parities,
+				// which may lack its entries, read as bad.
+				return fmt.Errorf("packing: log segment on device %d: %w", d, err)
+			}
+			l.mu.Lock()
+			s := &segment{dev: d, key: string(ops[i].Key)}
+			l.segs[segRef{d, s.key}] = s
+			for _, e := range es {
+				m.ids.Observe(e.pv)
+				e = l.insertLocked(e)
+				e.copies = append(e.copies, s)
+				s.refs++
+			}
+			l.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+// ---- replay ----
+
+// replaySoon starts a replay when the log is over logHigh, and (re)arms the
+// idle replay.
+func (m *Mechanism) replaySoon() {
+	l := m.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	if l.idle == nil {
+		l.idle = time.AfterFunc(logIdle, func() { m.startReplay(0) })
+	} else {
+		l.idle.Reset(logIdle)
+	}
+	if l.bytes > logHigh && !l.replaying {
+		l.replaying = true
+		l.bg.Add(1)
+		go m.replayDown(logHigh / 2)
+	}
+}
+
+func (m *Mechanism) startReplay(to int64) {
+	l := m.log
+	l.mu.Lock()
+	if l.closed || l.replaying {
+		l.mu.Unlock()
+		return
+	}
+	l.replaying = true
+	l.bg.Add(1)
+	l.mu.Unlock()
+	m.replayDown(to)
+}
+
+// replayDown replays sets, oldest change first, until the log holds at
+// most to bytes (or nothing more can be folded).
+func (m *Mechanism) replayDown(to int64) {
+	l := m.log
+	defer l.bg.Done()
+	defer func() {
+		l.mu.Lock()
+		l.replaying = false
+		l.mu.Unlock()
+	}()
+	ctx := context.Background()
+	for _, set := range m.log.oldestSets() {
+		l.mu.Lock()
+		done := l.bytes <= to || l.closed
+		l.mu.Unlock()
+		if done {
+			return
+		}
+		_ = m.Replay(ctx, set) // what fails stays logged, for a repair
+	}
+}
+
+// oldestSets returns the sets with entries, oldest first entry first.
+func (l *deltaLog) oldestSets() []uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ids := make([]uint64, 0, len(l.sets))
+	for id := range l.sets {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b uint64) int {
+		pa, pb := l.sets[a][0].pv, l.sets[b][0].pv
+		switch {
+		case pa < pb:
+			return -1
+		case pa > pb:
+			return 1
+		}
+		return 0
+	})
+	return ids
+}
+
+// Replay writes the parities of set with its log entries applied and
+// forgets the entries. A set none of whose parities reads well is
+// repaired whole instead.
+func (m *Mechanism) Replay(ctx context.Context, set uint64) error {
+	m.loadLog(ctx)
+	es := m.log.newer(set, 0)
+	if len(es) == 0 {
+		return nil
+	}
+	g := es[0].g
+	tk, err := m.sets.Lock(ctx, setLockKey(set))
+	if err != nil {
+		return err
+	}
+	defer tk.Release()
+	pars := m.readParities(ctx, g)
+	var ops []mechanism.Op
+	var v uint64
+	ok := 0
+	for j := range pars {
+		p := &pars[j]
+		if !p.ok {
+			continue
+		}
+		ok++
+		v = max(v, p.Value.Version)
+		if !p.logged {
+			continue
+		}
+		if len(p.f.members) == 0 {
+			ops = append(ops, mechanism.Op{Dev: p.Dev, Op: device.Op{Kind: device.OpDelete, Key: setKey(set)}})
+		} else {
+			ops = append(ops, parityOp(&p.f, p.f.index, p.Value.Version, p.Value.Payload))
+		}
+	}
+	if ok == 0 && gone(pars) {
+		m.fold(ctx, set, ^uint64(0)) // the set was deleted
+		return nil
+	}
+	if ok == 0 {
+		st, err := m.loadSet(ctx, g, nil, nil)
+		if err != nil {
+			return fmt.Errorf("packing: replay set %x: %w", set, err)
+		}
+		_, err = m.rewriteBad(ctx, st, nil)
+		return err
+	}
+	m.env.Do(ctx, ops)
+	if err := mechanism.Quorum(ops, 0); err != nil {
+		return fmt.Errorf("packing: replay set %x: %w", set, err)
+	}
+	m.fold(ctx, set, v)
+	return nil
+}
+
+// Settle folds the whole log into the parities (see Replay).
+func (m *Mechanism) Settle(ctx context.Context) error {
+	m.loadLog(ctx)
+	var errs []error
+	for _, set := range m.log.oldestSets() {
+		errs = append(errs, m.Replay(ctx, set))
+	}
+	return errors.Join(errs...)
+}
+
+// gone reports whether every parity of a set answered not found.
+func gone(pars []parity) bool {
+	for j := range pars {
+		if !errors.Is(pars[j].Err, device.ErrNotFound) {
+			return false
+		}
+	}
+	return true
+}
+
+// Close stops the log's replays; the array calls it before closing the
+// devices. What is logged stays logged: it is durable in the segments.
+func (m *Mechanism) Close() {
+	l := m.log
+	l.mu.Lock()
+	l.closed = true
+	if l.idle != nil {
+		l.idle.Stop()
+	}
+	l.mu.Unlock()
+	l.bg.Wait()
+}
+
+// LogBytes returns the bytes of deltas the log holds in memory.
+func (m *Mechanism) LogBytes() int64 {
+	m.log.mu.Lock()
+	defer m.log.mu.Unlock()
+	return m.log.bytes
+}
+
+// ---- logging a change ----
+
+// logChange logs change e of member k of its set (roster as its member
+// fields list it) on the set's parity devices, with the writes ops (the
+// member's new piece; none for a leave) beside it, under the set's lock. It
+// reports done=false when the change cannot be logged: no parity device is
+// up (or the last ones failed under the append), or the entry does not fit
+// a segment. A
+// parity device that misses the entry is recorded stale, as one that
+// misses an in-place patch is.
+func (m *Mechanism) logChange(ctx context.Context, k mechanism.Key, e *logEntry, roster []member, ops []mechanism.Op) (bool, error) {
+	if e.encodedLen() > m.segCap() {
+		return false, nil
+	}
+	var up, down []int
+	for _, d := range e.g.parity {
+		if m.env.State(d) == mechanism.Failed {
+			down = append(down, d)
+		} else {
+			up = append(up, d)
+		}
+	}
+	if len(up) == 0 {
+		return false, nil
+	}
+	what := "update"
+	if e.leave {
+		what = "remove"
+	}
+	fail := func(err error) (bool, error) {
+		return true, fmt.Errorf("packing: %s split %d of %q in set %x: %w", what, k.Split, k.User, e.g.set, err)
+	}
+	if err := m.patchable(&parityFields{geometry: e.g, members: roster}, e.slot); err != nil {
+		return fail(err)
+	}
+	for _, d := range down {
+		if err := m.env.MarkStale(ctx, d, setKey(e.g.set)); err != nil {
+			return fail(err)
+		}
+	}
+	e.pv = m.ids.Next()
+	var wg sync.WaitGroup
+	if len(ops) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.env.Do(ctx, ops)
+		}()
+	}
+	errs := m.appendEntry(ctx, up, e)
+	wg.Wait()
+	if err := mechanism.Quorum(ops, 0); err != nil {
+		return fail(err)
+	}
+	if err := mechanism.Quorum(errOps(up, errs), len(up)-1); err != nil {
+		if mechanism.Quorum(errOps(up, errs), len(up)) == nil {
+			// Every parity device failed under the append: the caller
+			// moves the member as it does when they were known down
+			// (its new piece, if written, is written again).
+			return false, nil
+		}
+		return fail(err)
+	}
+	for i, err := range errs {
+		if err != nil {
+			if err := m.env.MarkStale(ctx, up[i], setKey(e.g.set)); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if err := m.env.Acknowledge(ctx, ops); err != nil {
+		return fail(err)
+	}
+	return true, nil
+}
+
+// errOps wraps the outcomes of appends to devs as ops, for Quorum.
+func errOps(devs []int, errs []error) []mechanism.Op {
+	ops := make([]mechanism.Op, len(devs))
+	for i := range devs {
+		ops[i].Dev, ops[i].Err = devs[i], errs[i]
+	}
+	return ops
+}
+
+// xorPad returns a ⊕ b, the shorter one padded with zeros.
+func xorPad(a, b []byte) []byte {
+	if len(a) < len(b) {
+		a, b = b, a
+	}
+	out := slices.Clone(a)
+	for i := range b {
+		out[i] ^= b[i]
+	}
+	return out
+}
