@@ -123,7 +123,13 @@ func (a *Array) retrieveRanges(ctx context.Context, key []byte, rs []Range) ([][
 			return nil, 0, fmt.Errorf("range of %d bytes from %d: %w", r.Len, r.Off, ErrBadRange)
 		}
 	}
-	if l := a.peek(ctx, key); l != nil {
+	var want int64 // bytes asked for, at most peekMax+1
+	for _, r := range rs {
+		want = min(want+min(r.Len, peekMax+1), peekMax+1)
+	}
+	// A header read alone sizes the buffers before anything verifies it:
+	// only for small ranges.
+	if l := a.peekIf(ctx, key, want <= peekMax); l != nil {
 		// Any failure: the value is located as any read locates it.
 		if out, total, err := a.rangesOf(ctx, key, rs, l); err == nil {
 			return out, total, nil
@@ -148,14 +154,21 @@ type headerVerifier interface {
 	VerifiesHeader(h *format.Header, fieldsLen int) bool
 }
 
-// peek reads the header of key's split 0 alone from its primary (its
+// peekMax is the most bytes a range read asks for that may read the
+// value's header alone (peekIf).
+const peekMax = 1 << 20
+
+// peekIf, when ok, reads the header of key's split 0 alone from its primary (its
 // first bytes: a partial device read) and returns it as located when its
 // mechanism verifies it in range reads (headerVerifier); nil otherwise,
 // and when the primary cannot answer. Nothing is learned from it (no
 // clock, no metadata cache): it is not verified yet. A key that the
 // metadata cache knows has no value, or a value of a mechanism that does
 // not verify headers, is not peeked at: locate reads it at once.
-func (a *Array) peek(ctx context.Context, key []byte) *located {
+func (a *Array) peekIf(ctx context.Context, key []byte, ok bool) *located {
+	if !ok {
+		return nil
+	}
 	if e, ok := a.meta.get(key); ok {
 		if _, hv := e.m.(headerVerifier); !hv {
 			return nil
@@ -188,7 +201,8 @@ func (a *Array) rangesOf(ctx context.Context, key []byte, rs []Range, l *located
 	h0 := *l.header()
 	total := int64(h0.ObjectLen)
 	n, size := int(h0.Splits), int64(h0.SplitLen)
-	if n > 1 && (uint64(n-1)*uint64(size) >= h0.ObjectLen || uint64(n)*uint64(size) < h0.ObjectLen || h0.ObjectLen > uint64(a.o.maxValue)) {
+	if h0.ObjectLen > uint64(a.o.maxValue) || n <= 1 && uint64(size) != h0.ObjectLen ||
+		n > 1 && (uint64(n-1)*uint64(size) >= h0.ObjectLen || uint64(n)*uint64(size) < h0.ObjectLen) {
 		return nil, 0, fmt.Errorf("split 0 says %d splits of %d bytes for a %d-byte value: %w", n, size, h0.ObjectLen, format.ErrCorrupt)
 	}
 	if n <= 1 {
