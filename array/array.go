@@ -5,8 +5,11 @@
 // Invariants:
 //   - Placement is stateless: split s of user key u has its primary on
 //     device (hash(u)+s) mod N, and the mechanism's other pieces on the next
-//     devices in the circular order fixed at creation. That order is
-//     recorded in the array header on every device and checked at open.
+//     devices in the circular order fixed at creation; or, on an array of
+//     devices of different sizes, on the devices its point on the capacity
+//     ring selects (placement.go, mechanism.Placement). The order and the
+//     weights are recorded in the array header on every device and
+//     checked at open.
 //   - Operations on one key are serialised in submission order (sync and
 //     async alike); operations on different keys run concurrently.
 //   - Every piece carries the write version of the store that wrote it; a
@@ -23,8 +26,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/cespare/xxhash/v2"
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/format"
@@ -103,6 +104,7 @@ type options struct {
 	parallelism int
 	autoResync  time.Duration
 	metaCache   int
+	weights     []uint64 // WithWeights; nil: the devices' capacities
 }
 
 // Option configures Open and Create.
@@ -271,7 +273,14 @@ func Create(ctx context.Context, devs []device.Device, opts ...Option) (*Array, 
 			return nil, fmt.Errorf("array: create: %w", errs[i])
 		}
 	}
-	a.hdr = header{id: newID(), n: len(devs), flags: flagBanked, epoch: 1, vec: make([]uint64, len(devs))}
+	weights, err := a.createWeights(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("array: create: %w", err)
+	}
+	a.hdr = header{id: newID(), n: len(devs), flags: flagBanked, epoch: 1, vec: make([]uint64, len(devs)), weights: weights}
+	if err := a.setPlacement(); err != nil {
+		return nil, fmt.Errorf("array: create: %w", err)
+	}
 	// An array whose mode stores values without redundancy says so from
 	// the start, rather than with a header write at its first store.
 	unprotected := a.def.Tolerates() == 0
@@ -307,6 +316,9 @@ func Open(ctx context.Context, devs []device.Device, opts ...Option) (*Array, er
 		return nil, fmt.Errorf("array: open: %w", err)
 	}
 	a.hdr, a.reasons = h, reasons
+	if err := a.setPlacement(); err != nil {
+		return nil, fmt.Errorf("array: open: %w", err)
+	}
 	a.banked = h.flags&flagBanked != 0
 	for i, r := range reasons {
 		if r != nil {
@@ -441,18 +453,6 @@ func (a *Array) begin() error {
 }
 
 func (a *Array) end() { a.wg.Done() }
-
-// hash is the placement hash of a user key.
-func hash(key []byte) uint64 { return xxhash.Sum64(key) }
-
-// primary returns the primary device of split s of key.
-func (a *Array) primary(key []byte, s int) int {
-	return int((hash(key) + uint64(s)) % uint64(a.env.N()))
-}
-
-func (a *Array) key(user []byte, s int) mechanism.Key {
-	return mechanism.Key{User: user, Split: s, Primary: a.primary(user, s)}
-}
 
 // bankBit marks the split numbers of a huge value's second bank.
 //

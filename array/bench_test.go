@@ -34,6 +34,9 @@ var benchSetups = []struct {
 }{
 	{"hashing", []Option{allMechanisms(), WithDefault("hashing")}},
 	{"replication", []Option{allMechanisms(), WithDefault("replication")}},
+	// Weighted placement (one device of twice the weight): its cost
+	// against "replication".
+	{"replication-weighted", []Option{allMechanisms(), WithDefault("replication"), WithWeights(2, 1, 1, 1, 1, 1)}},
 	{"hybrid-replication", []Option{allMechanisms(), WithMode(Hybrid), WithRules(Rule{RM: "replication"})}},
 }
 

@@ -25,6 +25,8 @@ import (
 //	21  8    epoch: the array's epoch when this header was written
 //	29  8·N  per device, the newest epoch this device knows that device's
 //	         own header to hold
+//	29+8·N   8·N  per device, its placement weight (weighted arrays
+//	              only, see placement.go; absent: unweighted placement)
 //
 // The position makes the circular device order part of the array's
 // identity: placement depends on it, so a shuffled order must be refused.
@@ -41,6 +43,10 @@ import (
 // and must be replaced and rebuilt. A device that was merely down keeps
 // the epoch the others recorded for it and is resynced from the records
 // as before. Headers of 21 bytes (before epochs) read as epoch 0.
+//
+// The weights are written at creation and never change: placement depends
+// on them as on the order. Code from before weights reads a weighted
+// header as corrupt and so refuses the array rather than misplace keys.
 var headerKey = format.Key([]byte("kvarray"), 0, format.KindArray)
 
 const (
@@ -74,6 +80,9 @@ type header struct {
 	flags byte
 	epoch uint64
 	vec   []uint64 // len n, or nil in a header from before epochs
+	// weights of the devices' placement, len n; nil: unweighted (and in
+	// every header from before weights)
+	weights []uint64
 }
 
 // ErrStaleCopy: a device holds an older copy of its contents than the
@@ -90,6 +99,9 @@ func (h header) encode() []byte {
 		p = binary.LittleEndian.AppendUint64(p, h.epoch)
 		for _, e := range h.vec {
 			p = binary.LittleEndian.AppendUint64(p, e)
+		}
+		for _, w := range h.weights {
+			p = binary.LittleEndian.AppendUint64(p, w)
 		}
 	}
 	fh := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(p)), ObjectLen: uint64(len(p))}
@@ -110,13 +122,19 @@ func decodeHeader(b []byte) (header, error) {
 	h.pos = int(binary.LittleEndian.Uint16(v.Payload[18:]))
 	h.flags = v.Payload[20]
 	if rest := v.Payload[headerPayloadLen:]; len(rest) > 0 {
-		if len(rest) != 8+8*h.n {
+		if len(rest) != 8+8*h.n && len(rest) != 8+16*h.n {
 			return header{}, fmt.Errorf("%w: array header of %d bytes for %d devices", format.ErrCorrupt, len(v.Payload), h.n)
 		}
 		h.epoch = binary.LittleEndian.Uint64(rest)
 		h.vec = make([]uint64, h.n)
 		for j := range h.vec {
 			h.vec[j] = binary.LittleEndian.Uint64(rest[8+8*j:])
+		}
+		if len(rest) == 8+16*h.n {
+			h.weights = make([]uint64, h.n)
+			for j := range h.weights {
+				h.weights[j] = binary.LittleEndian.Uint64(rest[8+8*h.n+8*j:])
+			}
 		}
 	}
 	return h, nil
@@ -182,8 +200,12 @@ func verifyHeaders(ctx context.Context, env *mechanism.Env) (header, []error, er
 		return header{}, nil, fmt.Errorf("devices hold headers of %d different arrays in equal numbers: cannot tell which array this is", len(votes))
 	}
 	arr := header{id: id, n: env.N(), vec: make([]uint64, env.N())}
+	ref := -1 // the device whose weights the others must record
 	for i := range hs {
 		if errs[i] == nil && hs[i].id == id && hs[i].n == env.N() {
+			if ref < 0 {
+				arr.weights, ref = hs[i].weights, i
+			}
 			arr.epoch = max(arr.epoch, hs[i].epoch)
 			for j, e := range hs[i].vec {
 				arr.vec[j] = max(arr.vec[j], e)
@@ -218,6 +240,10 @@ func verifyHeaders(ctx context.Context, env *mechanism.Env) (header, []error, er
 			bad = append(bad, fmt.Errorf("device %d (%s) belongs to an array of %d devices, the config lists %d", i, env.Name(i), hs[i].n, env.N()))
 		case hs[i].pos != i:
 			bad = append(bad, fmt.Errorf("device %d (%s) holds position %d of array %s: devices are out of order (the config must list them in creation order)", i, env.Name(i), hs[i].pos, id))
+		case !slices.Equal(hs[i].weights, arr.weights):
+			// Never written so by the array: which weights place the
+			// keys cannot be told.
+			bad = append(bad, fmt.Errorf("device %d (%s) records placement weights %v, device %d %v", i, env.Name(i), hs[i].weights, ref, arr.weights))
 		default:
 			arr.flags |= hs[i].flags &^ flagRebuilding
 			if hs[i].flags&flagRebuilding != 0 {

@@ -929,7 +929,8 @@ func (a *Array) sweepIfLeftover(ctx context.Context, key []byte, split int) (int
 	case !errors.Is(err, ErrNotFound):
 		return 0, err
 	}
-	k := mechanism.Key{User: key, Split: split, Primary: a.primary(key, a.logical(split))}
+	k := a.key(key, a.logical(split))
+	k.Split = split
 	return a.sweep(ctx, k, 0, 0)
 }
 

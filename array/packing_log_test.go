@@ -141,6 +141,27 @@ func TestPackingLoggedUpdates(t *testing.T) {
 	}
 	everyPairReads(t, r, live, "folded")
 	checkSetsDistinctDevices(t, r)
+	// The deletes left sets with half their members or fewer: the scrub
+	// moved those members to new sets (regroup), so none is left.
+	members := map[uint64]int{}
+	formed := map[uint64]int{}
+	for k := range live {
+		v, err := r.piece(r.a.primary([]byte(k), 0), k, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, n, err := packing.MemberOf(v)
+		if err != nil {
+			t.Fatalf("%q: %v", k, err)
+		}
+		members[set]++
+		formed[set] = n
+	}
+	for set, n := range members {
+		if formed[set] > 1 && 2*n <= formed[set] {
+			t.Errorf("set %x keeps %d of the %d members it was formed with after scrub --repair", set, n, formed[set])
+		}
+	}
 	// No set lists a deleted key.
 	for d, dev := range r.mems {
 		var pk [][]byte

@@ -314,9 +314,9 @@ func (a *Array) rebuildEstimate(ctx context.Context, i int) int64 {
 
 // scanItems emits, in internal key order from just after done, one item
 // per data key that may have a piece on device i: the keys on the devices
-// at most maxWidth-1 away whose placement span can cover i, merged across
-// those devices. With headers (every neighbour that holds the key a
-// device.Scanner), a key is emitted only when its own mechanism puts a
+// that can share a split with i (see sharesSplits) whose placement span
+// can cover i, merged across those devices. With headers (every neighbour
+// that holds the key a device.Scanner), a key is emitted only when its own mechanism puts a
 // piece on i, and a huge value once, for its first split that does.
 func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechanism.Watch, gen uint64, emit func(healItem) bool) error {
 	n := a.env.N()
@@ -327,15 +327,13 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 	}
 	near := func(k []byte) bool {
 		user, split, kind, err := format.ParseKey(k)
-		return err == nil && format.HoldsPiece(kind) && (i-a.primary(user, a.logical(split))+n)%n < w
+		return err == nil && format.HoldsPiece(kind) && a.offset(user, a.logical(split), i) < w
 	}
 	errs := make([]error, n)
 	var srcs []iter.Seq[scanEntry]
 	var scanned []int
 	for d := 0; d < n; d++ {
-		dist := (i - d + n) % n // how far d is before i
-		back := (d - i + n) % n // how far d is after i
-		if d == i || (dist >= w && back >= w) || a.env.State(d) == mechanism.Failed {
+		if d == i || !a.sharesSplits(d, i, w) || a.env.State(d) == mechanism.Failed {
 			continue
 		}
 		scanned = append(scanned, d)
@@ -437,8 +435,11 @@ func (a *Array) onDevice(user []byte, split int, h *format.Header, dev int) bool
 	if s >= int(max(h.Splits, 1)) || a.splitKey(user, s, h.Version).Split != split {
 		return false
 	}
-	for first := 0; first < int(max(h.Splits, 1)) && first < n; first++ {
-		if (dev-a.primary(user, first)+n)%n < m.Width() {
+	// Unweighted, the spans of splits n.. repeat those of splits 0..n-1;
+	// weighted, the splits' points need not come round so soon.
+	weighted := a.env.Placement().Weighted()
+	for first := 0; first < int(max(h.Splits, 1)) && (first < n || weighted); first++ {
+		if a.offset(user, first, dev) < m.Width() {
 			return first == s
 		}
 	}
@@ -754,11 +755,10 @@ func (a *Array) restoreKey(ctx context.Context, key []byte, dev int) (int, int64
 	}
 	h := *l.header()
 	_, keyed := l.m.(rebuildKeyedMechanism)
-	n := a.env.N()
 	counts := make([]int, h.Splits)
 	err = a.forSplits(ctx, int(h.Splits), func(s int) error {
 		k := a.splitKey(key, s, h.Version)
-		if !keyed && (dev-k.Primary+n)%n >= l.m.Width() {
+		if !keyed && a.env.Offset(k, dev) >= l.m.Width() {
 			return nil // its pieces are all on other devices
 		}
 		if s > 0 {

@@ -124,6 +124,13 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 		}
 	})
 	stopTick()
+	if repair && ctx.Err() == nil {
+		// Repairs move members out of sparse Packing sets with logged
+		// leaves: fold them, so that a repaired array is also settled.
+		if err := a.Settle(ctx); err != nil && len(rep.Errors) < 20 {
+			rep.Errors = append(rep.Errors, err.Error())
+		}
+	}
 	rep.Keys, rep.Orphans, rep.Elapsed = done.Load(), orphans.Load(), time.Since(start)
 	for _, m := range a.mechs {
 		rep.Mechanisms = append(rep.Mechanisms, *per[m.Name()])

@@ -54,6 +54,8 @@ type Status struct {
 	// Deep: the objects were counted (StatusDeep); without it Mechanisms,
 	// Objects, UserBytes, Overhead and Unreadable are not filled in.
 	Deep bool `json:"deep"`
+	// Weights are the devices' placement weights (absent: unweighted).
+	Weights []uint64 `json:"placement_weights,omitempty"`
 }
 
 // StatusOption modifies Status.
@@ -79,7 +81,7 @@ func (a *Array) Status(ctx context.Context, opts ...StatusOption) (Status, error
 		return Status{}, err
 	}
 	defer a.end()
-	st := Status{ID: a.hdr.id.String(), Mode: a.o.mode.String(), Default: a.def.Name()}
+	st := Status{ID: a.hdr.id.String(), Mode: a.o.mode.String(), Default: a.def.Name(), Weights: a.Weights()}
 	for i := range a.env.N() {
 		d, gen := a.env.DeviceGen(i)
 		ds := DeviceStatus{Index: i, Name: a.env.Name(i), State: a.env.State(i).String(), ResyncKeys: a.env.MissedCount(i)}

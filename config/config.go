@@ -40,6 +40,13 @@ type Config struct {
 	// directory; relative to the config file's directory) or "mem:NAME"
 	// (an in-process emulator, empty at every open).
 	Devices []string `yaml:"devices"`
+	// Weights are the devices' placement weights, one per device in the
+	// same order (their sizes, say: [4TB, 2TB, 2TB, ...]; only ratios
+	// count), read when the array is created and recorded in its header:
+	// a device of twice the weight gets twice the data, so that devices
+	// of different sizes fill evenly. Changing them later has no effect.
+	// Default: the devices' capacities (equal: no weighting).
+	Weights []Size `yaml:"weights,omitempty,flow"`
 	// Mode is "standalone" (every value with Default) or "hybrid" (by
 	// size, per Thresholds). Default: hybrid when Thresholds are given,
 	// else standalone.
@@ -295,13 +302,21 @@ func (c *Config) Options() []array.Option {
 			rules[i].Max = int64(*t.Max)
 		}
 	}
-	return []array.Option{
+	opts := []array.Option{
 		array.WithMode(mode),
 		array.WithDefault(d.Default),
 		array.WithRules(rules...),
 		array.WithMechanisms(d.factories()...),
 		array.WithMaxValue(int64(d.MaxValue)),
 	}
+	if len(d.Weights) > 0 {
+		w := make([]uint64, len(d.Weights))
+		for i, s := range d.Weights {
+			w[i] = uint64(s)
+		}
+		opts = append(opts, array.WithWeights(w...))
+	}
+	return opts
 }
 
 // ServeOptions are Options plus what only a long-running process wants

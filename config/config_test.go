@@ -58,6 +58,8 @@ func TestMalformed(t *testing.T) {
 		{"k+r > devices", devs + "splitting: {k: 4, r: 2}\n", []string{"splitting: k+r = 6 shards need 6 devices, the config lists 4"}},
 		{"zero k", devs + "splitting: {k: 0, r: 2}\n", []string{"splitting.k 0"}},
 		{"zero r", devs + "splitting: {k: 2, r: 0}\n", []string{"splitting.r 0", "use hashing"}},
+		{"weights for fewer devices", devs + "weights: [2, 1, 1]\n", []string{"weights: 3 listed for 4 devices"}},
+		{"zero weight", devs + "weights: [2TB, 0, 1TB, 1TB]\n", []string{"weights[1]: 0; want a positive size"}},
 		{"packing r leaves no member device", "devices: [pebble:a, pebble:b]\npacking: {k: 2, r: 2}\n", []string{"packing.r 2 leaves no device for members"}},
 		{"duplicate device", "devices: [pebble:data/dev0, pebble:./data/../data/dev0]\n",
 			[]string{`devices[1] "pebble:./data/../data/dev0" is the same device as devices[0] "pebble:data/dev0"`}},
@@ -338,6 +340,41 @@ max_value: 1MiB
 	}
 	if st.Devices[3].Name != "mem:d3" {
 		t.Errorf("device 3 named %q", st.Devices[3].Name)
+	}
+}
+
+// TestWeights: a config's weights are recorded at creation (the array
+// places by them, status shows them) and in force at every open, whatever
+// the config says by then.
+func TestWeights(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	c, err := Parse([]byte("devices: [pebble:d0, pebble:d1, pebble:d2, pebble:d3, pebble:d4]\nweights: [4TB, 2TB, 2TB, 2TB, 2TB]\n"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Create(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := st.Weights; len(w) != 5 || w[0] != 2*w[1] || w[1] != w[4] {
+		t.Fatalf("status weights %v, want 2:1:1:1:1", w)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.Weights = nil
+	a, err = OpenConfig(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if w := a.Weights(); len(w) != 5 || w[0] != 2*w[1] {
+		t.Fatalf("weights after an open without them in the config: %v", w)
 	}
 }
 

@@ -43,6 +43,14 @@ func (c *Config) Validate() error {
 		}
 		seen[sp.id()] = i
 	}
+	if len(d.Weights) > 0 && len(d.Weights) != n {
+		p.add("weights: %d listed for %d devices; want one per device, in the devices' order", len(d.Weights), n)
+	}
+	for i, w := range d.Weights {
+		if w <= 0 {
+			p.add("weights[%d]: %d; want a positive size (only the weights' ratios count)", i, w)
+		}
+	}
 
 	if d.Databases < 0 || d.Databases > 255 {
 		p.add("databases: %d; want 1 to 255 (default 16)", d.Databases)

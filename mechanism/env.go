@@ -45,6 +45,7 @@ type Env struct {
 	// devs are swapped by SetDevice while others use them (an online
 	// replace), hence atomic.
 	devs   []atomic.Pointer[device.Device]
+	place  atomic.Pointer[Placement]
 	names  []string
 	limits device.Limits
 	states []atomic.Uint32
@@ -64,6 +65,7 @@ func NewEnv(devs []device.Device, names []string, limits device.Limits) *Env {
 	for i := range devs {
 		e.devs[i].Store(&devs[i])
 	}
+	e.place.Store(&Placement{n: len(devs)})
 	e.rec.missed = make([]map[string]*record, len(devs))
 	for i := range e.rec.missed {
 		e.rec.missed[i] = map[string]*record{}
@@ -106,8 +108,29 @@ func (e *Env) Name(i int) string { return e.names[i] }
 // Limits returns the tightest key and value limits across the devices.
 func (e *Env) Limits() device.Limits { return e.limits }
 
-// Dev returns the index of the i-th device after primary, circularly.
-func (e *Env) Dev(primary, i int) int { return (primary + i) % len(e.devs) }
+// Dev returns the index of the i-th device after dev in device order,
+// circularly. It is not placement (see At): resync records use it.
+func (e *Env) Dev(dev, i int) int { return (dev + i) % len(e.devs) }
+
+// SetPlacement sets the placement of the array's keys (unweighted until
+// then). The array sets it at open, from its header, before any I/O on
+// user keys.
+func (e *Env) SetPlacement(p *Placement) { e.place.Store(p) }
+
+// Placement returns the placement of the array's keys.
+func (e *Env) Placement() *Placement { return e.place.Load() }
+
+// At returns the device of the piece at offset i from k's primary (see
+// Placement): every mechanism's "device Primary+i" goes through it.
+func (e *Env) At(k Key, i int) int { return e.place.Load().At(k, i) }
+
+// Order returns every device once, in the order a choice of devices
+// seeded by seed prefers them (see Placement.Order).
+func (e *Env) Order(seed uint64) []int { return e.place.Load().Order(seed) }
+
+// Offset returns the offset of device dev from k's primary: the inverse
+// of At.
+func (e *Env) Offset(k Key, dev int) int { return e.place.Load().Offset(k, dev) }
 
 // State returns what is known of device i.
 func (e *Env) State(i int) State { return State(e.states[i].Load()) }
@@ -451,11 +474,12 @@ func Quorum(ops []Op, maxFailed int) error {
 	return nil
 }
 
-// Span returns the devices Primary+from .. Primary+to-1 of k, circularly.
+// Span returns the devices at offsets from .. to-1 of k (see At).
 func (e *Env) Span(k Key, from, to int) []int {
 	devs := make([]int, 0, max(to-from, 0))
+	p := e.place.Load()
 	for i := from; i < to; i++ {
-		devs = append(devs, e.Dev(k.Primary, i))
+		devs = append(devs, p.At(k, i))
 	}
 	return devs
 }

@@ -9,8 +9,9 @@
 //     device, stored under the data key format.Key(user, split, KindData);
 //  2. every piece starts with a format.Header naming the mechanism, so one
 //     read of the primary tells the array which mechanism to ask;
-//  3. pieces under the data key only ever occupy devices Primary,
-//     Primary+1, ..., Primary+Width()-1 (mod N): Width is KVMD's
+//  3. pieces under the data key only ever occupy the devices at offsets
+//     0, 1, ..., Width()-1 of the split's placement (Env.At: Primary,
+//     Primary+1, ... mod N on an unweighted array): Width is KVMD's
 //     num_user_key, and what a changing mechanism must clean up.
 //
 // Mechanisms decide what to read and write; Env executes it, concurrently
@@ -33,6 +34,9 @@ type Key struct {
 	User    []byte
 	Split   int
 	Primary int // index of the split's primary device
+	// Point is the split's point on a weighted array's capacity ring
+	// (see Placement); with Primary, what Env.At places pieces by.
+	Point uint64
 	// Want, when non-zero, is the write version the caller expects (the
 	// version of split 0 when reading the other splits of a huge value);
 	// pieces of other versions are treated as stale.

@@ -142,6 +142,9 @@ func printStatus(out io.Writer, ss serverStatus) error {
 	st := ss.Status
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "array %s, mode %s, default mechanism %s\n", st.ID, st.Mode, st.Default)
+	if st.Weights != nil {
+		fmt.Fprintf(w, "placement weights %v (devices fill in proportion)\n", st.Weights)
+	}
 	for _, t := range ss.Tasks {
 		what := t.Kind
 		if t.Dev >= 0 {

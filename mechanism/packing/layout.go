@@ -288,3 +288,14 @@ func Describe(parityValue []byte) (members, parity []int, err error) {
 	}
 	return members, f.parity, nil
 }
+
+// MemberOf decodes the RM fields of a member's piece and returns its set
+// and how many members the set was formed with: for tests and tools that
+// check sets from outside.
+func MemberOf(v format.Value) (set uint64, formedWith int, err error) {
+	f, err := decodeMember(v.Fields)
+	if err != nil {
+		return 0, 0, err
+	}
+	return f.set, len(f.roster), nil
+}

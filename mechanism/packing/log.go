@@ -198,11 +198,18 @@ func (m *Mechanism) segCap() int {
 
 // ---- membership and parity bytes ----
 
-// change applies e's membership change to f, or fails with errLogGap.
-func (f *parityFields) change(e *logEntry) error {
+// change applies e's membership change to f, or fails with errLogGap. It
+// reports false for a leave whose member is gone already: a repair that
+// found the member moved on (its primary holding another set's piece)
+// retired it, zeroing its slot, between the move and the leave's entry.
+// Slots are never reused, so the leave then has nothing to apply.
+func (f *parityFields) change(e *logEntry) (bool, error) {
 	i := slices.IndexFunc(f.members, func(mb member) bool { return mb.slot == e.slot })
+	if i < 0 && e.leave {
+		return false, nil
+	}
 	if i < 0 || f.members[i].version != e.from || f.members[i].split != e.mb.split || string(f.members[i].key) != string(e.mb.key) {
-		return fmt.Errorf("%w: set %x slot %d: entry %d expects version %d", errLogGap, f.set, e.slot, e.pv, e.from)
+		return false, fmt.Errorf("%w: set %x slot %d: entry %d expects version %d", errLogGap, f.set, e.slot, e.pv, e.from)
 	}
 	f.members = slices.Clone(f.members)
 	if e.leave {
@@ -210,7 +217,7 @@ func (f *parityFields) change(e *logEntry) error {
 	} else {
 		f.members[i] = e.mb
 	}
-	return nil
+	return true, nil
 }
 
 // newer returns the entries of set newer than version v, in order.
@@ -233,7 +240,7 @@ func (l *deltaLog) newer(set, v uint64) []*logEntry {
 // and returns its version.
 func (l *deltaLog) applyFields(f *parityFields, v uint64) (uint64, error) {
 	for _, e := range l.newer(f.set, v) {
-		if err := f.change(e); err != nil {
+		if _, err := f.change(e); err != nil {
 			return v, err
 		}
 		v = e.pv
@@ -266,9 +273,14 @@ func (m *Mechanism) applyLog(p *parity) {
 	shards[g.k+p.f.index] = p.Value.Payload
 	newData := make([][]byte, g.k)
 	for _, e := range es {
-		if err := p.f.change(e); err != nil {
+		applies, err := p.f.change(e)
+		if err != nil {
 			p.ok, p.Err = false, err
 			return
+		}
+		p.Value.Version = e.pv
+		if !applies {
+			continue
 		}
 		shards[e.slot] = make([]byte, g.shardSize) // old data: zeros, so the update adds delta
 		newData[e.slot] = pad(e.delta, g.shardSize)
@@ -277,7 +289,6 @@ func (m *Mechanism) applyLog(p *parity) {
 			return
 		}
 		shards[e.slot], newData[e.slot] = nil, nil
-		p.Value.Version = e.pv
 	}
 	p.logged = true
 }
@@ -548,10 +559,12 @@ func (m *Mechanism) replaySoon() {
 	if l.closed {
 		return
 	}
-	if l.idle == nil {
-		l.idle = time.AfterFunc(logIdle, func() { m.startReplay(0) })
-	} else {
-		l.idle.Reset(logIdle)
+	switch {
+	case m.idle <= 0:
+	case l.idle == nil:
+		l.idle = time.AfterFunc(m.idle, func() { m.startReplay(0) })
+	default:
+		l.idle.Reset(m.idle)
 	}
 	if l.bytes > logHigh && !l.replaying {
 		l.replaying = true

@@ -29,11 +29,13 @@
 //     parity covers: a member of the listed version, a parity of the
 //     newest set version. Anything else is treated as erased, so stale
 //     pieces are never mixed in and wrong bytes are never returned.
-//   - Updates and deletes patch the parities with the difference between
-//     the old and new member (the MemEC/PARIX idea) rather than regrouping
-//     the set; changes to one set are serialised.
-//   - A store is acknowledged only once its member and all r parities are
-//     written.
+//   - Updates and deletes log the data delta between the old and new
+//     member on the parity devices (PARIX; see log.go) rather than reading
+//     and rewriting the parities; a parity is the stored one with its
+//     newer log entries applied. Changes to one set are serialised.
+//   - A store is acknowledged only once its member and, for every parity
+//     device that did not take its parity or log entry, a stale record are
+//     durable.
 package packing
 
 import (
@@ -66,10 +68,21 @@ const (
 	DefaultWait = 2 * time.Millisecond
 )
 
+// Option configures Packing.
+type Option func(*Mechanism)
+
+// WithIdleReplay sets how long the delta log waits without a change before
+// it folds itself into the parities (default 1 s); 0 never does, leaving
+// the fold to repairs, Settle and the log's size bound: for tests that
+// copy the devices and need them still between operations.
+func WithIdleReplay(d time.Duration) Option {
+	return func(m *Mechanism) { m.idle = d }
+}
+
 // New returns a Factory for Packing with sets of up to k members and r
 // parities, waiting at most wait for a set to fill (0 takes the defaults).
 // On fewer than k+r devices, sets hold at most N-r members.
-func New(k, r int, wait time.Duration) mechanism.Factory {
+func New(k, r int, wait time.Duration, opts ...Option) mechanism.Factory {
 	if k == 0 {
 		k = DefaultK
 	}
@@ -91,8 +104,11 @@ func New(k, r int, wait time.Duration) mechanism.Factory {
 		if err != nil {
 			return nil, fmt.Errorf("packing: %w", err)
 		}
-		m := &Mechanism{env: env, k: k, r: r, wait: wait, codec: codec,
+		m := &Mechanism{env: env, k: k, r: r, wait: wait, codec: codec, idle: logIdle,
 			sets: keylock.New(), pending: make([][]*entry, env.N()), log: newDeltaLog(env.N())}
+		for _, o := range opts {
+			o(m)
+		}
 		if m.SplitCap() < 1 {
 			return nil, fmt.Errorf("packing: device values of %d bytes cannot hold a parity header", env.Limits().MaxValueLen)
 		}
@@ -116,7 +132,8 @@ type Mechanism struct {
 	idxMu sync.Mutex
 	index *setIndex // nil until a lost member is first looked up
 
-	log *deltaLog // updates and deletes not yet in the parities (log.go)
+	log  *deltaLog     // updates and deletes not yet in the parities (log.go)
+	idle time.Duration // WithIdleReplay
 
 	sets1 atomic.Int64 // sets formed, by members: for stats
 }
@@ -1205,14 +1222,54 @@ func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.He
 		}
 		return 1 + m.r, nil
 	}
-	defer tk.Release()
 	isKey := func(mb *member) bool { return mb.split == k.Split && string(mb.key) == string(k.User) }
 	for _, mb := range st.f.members {
 		if isKey(&mb) && want != 0 && mb.version != want {
 			st.superseded[mb.slot] = true
 		}
 	}
-	return m.rewriteBad(ctx, st, func(mb *member) bool { return isKey(mb) && (want == 0 || mb.version == want) })
+	n, err := m.rewriteBad(ctx, st, func(mb *member) bool { return isKey(mb) && (want == 0 || mb.version == want) })
+	tk.Release()
+	if err != nil || own == nil || !m.sparse(ctx, st, roster) {
+		return n, err
+	}
+	return n, m.regroup(ctx, k, own)
+}
+
+// sparse reports whether set st (as repaired), formed with the members of
+// roster, has lost half of them or more (deleted, moved): its r parities
+// then protect few bytes, and a repair moves its members to new sets
+// (regroup) rather than keep it. Only on a healthy array and not in a
+// check (dry run): the move writes.
+func (m *Mechanism) sparse(ctx context.Context, st *setState, roster []member) bool {
+	if len(roster) < 2 || 2*len(st.f.members) > len(roster) || mechanism.DryRunning(ctx) {
+		return false
+	}
+	for d := range m.env.N() {
+		if m.env.State(d) != mechanism.Healthy {
+			return false
+		}
+	}
+	return true
+}
+
+// regroup moves member k (its piece own) out of its sparse set into a new
+// one: it joins the new set first and leaves the old one after (a logged
+// leave), so that it is protected throughout. The old set goes once its
+// last member has left. The caller holds k's key, as for any store.
+func (m *Mechanism) regroup(ctx context.Context, k mechanism.Key, own *format.Value) error {
+	f, err := decodeMember(own.Fields)
+	if err != nil {
+		return err
+	}
+	obj := mechanism.Object{Splits: own.Splits, ObjectLen: own.ObjectLen, Version: own.Version}
+	if err := m.insert(ctx, k, obj, own.Payload); err != nil {
+		return fmt.Errorf("packing: regroup split %d of %q: %w", k.Split, k.User, err)
+	}
+	if err := m.detachFrom(ctx, k, f, *own, true); err != nil && !errors.Is(err, device.ErrNotFound) {
+		return fmt.Errorf("packing: regroup split %d of %q out of set %x: %w", k.Split, k.User, f.set, err)
+	}
+	return nil
 }
 
 // rewriteBad retires the members of st that were superseded, then writes
@@ -1344,7 +1401,8 @@ func newSetIndex() *setIndex {
 
 // note records parity f of version v, unless a newer one of its set is
 // known. A member listed by two sets (a stale one it left, a newer one it
-// joined) belongs to the one listing its newer version.
+// joined) belongs to the one listing its newer version, or at one
+// version, to the newer set.
 func (x *setIndex) note(f *parityFields, v uint64) {
 	old, ok := x.sets[f.set]
 	if ok && old.version > v {
@@ -1373,7 +1431,10 @@ func (x *setIndex) note(f *parityFields, v uint64) {
 	for _, mb := range f.members {
 		k := memberKey(mb.key, mb.split)
 		if cur, ok := x.members[k]; ok && cur != f.set {
-			if e, _ := x.entry(k); e.m.version > mb.version {
+			// Of two sets listing one version (a member moved to a new
+			// set by a regroup or a repair, not yet gone from the old
+			// one), the newer set holds it: set ids grow with time.
+			if e, _ := x.entry(k); e.m.version > mb.version || (e.m.version == mb.version && cur > f.set) {
 				continue
 			}
 		}
@@ -1528,7 +1589,7 @@ func (m *Mechanism) noteEntry(e *logEntry) {
 		return
 	}
 	f := s.f
-	if f.change(e) == nil {
+	if _, err := f.change(e); err == nil {
 		m.index.note(&f, e.pv)
 	}
 }

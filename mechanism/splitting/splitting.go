@@ -1,10 +1,10 @@
 // Package splitting is the Splitting mechanism (KVMD's RAID 6 counterpart):
 // one split's user bytes are cut into k equal data shards, r parity shards
 // are computed with an erasure code, and the k+r shards are stored under the
-// split's data key on the k+r consecutive devices from its primary, shard i
-// on device Primary+i (mod N). Any k good shards of one write rebuild the
-// split; more than r bad ones are reported as data loss, never as wrong
-// bytes.
+// split's data key on the k+r devices of its placement, shard i on the
+// device at offset i (Env.At: Primary+i mod N on an unweighted array).
+// Any k good shards of one write rebuild the split; more than r bad ones
+// are reported as data loss, never as wrong bytes.
 //
 // Every shard is a complete internal value (format.Header ‖ RM fields ‖
 // shard bytes) with RM format.RMSplitting, EC erasure.ReedSolomon and
@@ -573,7 +573,7 @@ func (m *splitting) dropOtherBank(ctx context.Context, k mechanism.Key, r *heale
 	other := !mechanism.Banked(1, r.version)
 	w := r.width()
 	for j := range r.pieces {
-		w = max(w, (r.pieces[j].Dev-k.Primary+m.env.N())%m.env.N()+1)
+		w = max(w, m.env.Offset(k, r.pieces[j].Dev)+1)
 	}
 	var pieces []mechanism.Piece
 	if other {
@@ -702,7 +702,7 @@ func (m *splitting) heal(ctx context.Context, k mechanism.Key, have []mechanism.
 			next := w
 			for j := range pieces {
 				p := &pieces[j]
-				off := (p.Dev - k.Primary + m.env.N()) % m.env.N()
+				off := m.env.Offset(k, p.Dev)
 				slots[j].off = off
 				if !p.OK() {
 					continue
@@ -849,7 +849,7 @@ func (m *splitting) rewrite(ctx context.Context, k mechanism.Key, g *shape, shar
 		h := g.header(fields, i, shards[i])
 		start := len(buf)
 		buf = format.Append(buf, &h, shards[i])
-		ops = append(ops, mechanism.Op{Dev: m.env.Dev(k.Primary, i),
+		ops = append(ops, mechanism.Op{Dev: m.env.At(k, i),
 			Op: device.Op{Kind: device.OpStore, Key: k.PieceKey(i, g.version), Value: buf[start:len(buf):len(buf)]}})
 	}
 	m.env.Do(ctx, ops)
