@@ -398,9 +398,16 @@ func TestRangeReadOfCutShortWrite(t *testing.T) {
 // TestRangeReadAlignedBlocks: with KV-SSD values (2 MiB), a huge
 // Splitting value's shards are whole blocks, so a 4 KiB range at a 4 KiB
 // offset of the value, in any split, reads one block: at most 2 × 4 KiB
-// from the devices in all (the target).
+// from the devices in all (the target); with the devices of the
+// weighted placement (the capacity ring) too.
 func TestRangeReadAlignedBlocks(t *testing.T) {
-	r := newRig(t, 6, everyMechanism())
+	t.Run("unweighted", func(t *testing.T) { testRangeReadAlignedBlocks(t, newRig(t, 6, everyMechanism())) })
+	t.Run("weighted", func(t *testing.T) {
+		testRangeReadAlignedBlocks(t, newRig(t, 8, everyMechanism(), WithWeights(4, 4, 3, 3, 3, 3, 3, 3)))
+	})
+}
+
+func testRangeReadAlignedBlocks(t *testing.T, r *rig) {
 	rng := newRand(t)
 	split := r.a.mechs[2].SplitCap()
 	v := randBytes(rng, 2*split+123<<10)

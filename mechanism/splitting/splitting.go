@@ -992,7 +992,7 @@ func (m *splitting) whole(ctx context.Context, k mechanism.Key, g *shape, first,
 	known := make([]bool, g.width())
 	for j := range have {
 		p := &have[j]
-		off := (p.Dev - k.Primary + m.env.N()) % m.env.N()
+		off := m.env.Offset(k, p.Dev)
 		if off >= g.width() || off >= first && off <= last || known[off] || !p.OK() || p.Bank != mechanism.Banked(off, g.version) {
 			continue
 		}
@@ -1007,7 +1007,7 @@ func (m *splitting) whole(ctx context.Context, k mechanism.Key, g *shape, first,
 	var parts []mechanism.Part
 	for off := range g.width() {
 		if (off < first || off > last) && !known[off] {
-			parts = append(parts, mechanism.Part{Dev: m.env.Dev(k.Primary, off), Key: k.PieceKey(off, g.version),
+			parts = append(parts, mechanism.Part{Dev: m.env.At(k, off), Key: k.PieceKey(off, g.version),
 				Len: format.HeaderLen + FieldsLen})
 		}
 	}
@@ -1020,7 +1020,7 @@ func (m *splitting) whole(ctx context.Context, k mechanism.Key, g *shape, first,
 		if err != nil || fl != g.fieldsLen() || len(h.Fields) != FieldsLen {
 			continue
 		}
-		off := (p.Dev - k.Primary + m.env.N()) % m.env.N()
+		off := m.env.Offset(k, p.Dev)
 		kk, r, ok := m.geometry(&h)
 		if ok && kk == g.k && r == g.r && int(h.Fields[2]) == off && int(binary.LittleEndian.Uint32(h.Fields[3:])) == g.shardSize &&
 			h.Version == g.version && h.EC == g.ec && h.Splits == g.splits && h.SplitLen == g.splitLen && h.ObjectLen == g.objectLen {
@@ -1053,7 +1053,7 @@ func (m *splitting) readBlocks(ctx context.Context, k mechanism.Key, g *shape, l
 		slo, shi := max(lo-i*s, 0), min(hi-i*s, s)
 		sp := span{index: i, b0: slo / BlockSize, b1: (shi - 1) / BlockSize, lo: slo, hi: shi}
 		spans = append(spans, sp)
-		dev, key := m.env.Dev(k.Primary, i), k.PieceKey(i, g.version)
+		dev, key := m.env.At(k, i), k.PieceKey(i, g.version)
 		parts = append(parts,
 			mechanism.Part{Dev: dev, Key: key, Off: format.HeaderLen + FieldsLen + 4*sp.b0, Len: 4 * (sp.b1 - sp.b0 + 1)},
 			mechanism.Part{Dev: dev, Key: key, Off: format.HeaderLen + g.fieldsLen() + sp.b0*BlockSize, Len: min((sp.b1+1)*BlockSize, s) - sp.b0*BlockSize})
