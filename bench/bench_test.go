@@ -27,7 +27,38 @@ func tiny() Options {
 	o.Ops = 200
 	o.Threads, o.QueueDepth = 2, 4
 	o.Backend = Mem(mem.Perf{})
+	// The range workload has its own test (TestRangeWorkload).
+	o.Workloads = slices.DeleteFunc(o.Workloads, func(w string) bool { return w == Range })
 	return o
+}
+
+// TestRangeWorkload runs the range workload on values of a few splits:
+// every target's rows are there and consistent (Check: Splitting reads at
+// most two bytes per byte wanted), and a range read moves two pieces at
+// most from the devices (split 0's primary piece and the covering one,
+// each at most a device value), not the value.
+func TestRangeWorkload(t *testing.T) {
+	o := tiny()
+	o.Workloads = []string{Range}
+	o.Ops = 30
+	o.RangeValue, o.RangeIO, o.RangeKeys = 5<<20, 4<<10, 2
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Check(); err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range rep.Results {
+		if most := 2 * float64(device.DefaultMaxValueLen) / float64(o.RangeIO); res.Workload == RangeRead && res.ReadAmp > most {
+			t.Errorf("%s %s/%s: read amplification %.0f, want at most two pieces' (%.0f)", res.Workload, res.Mechanism, res.Mode, res.ReadAmp, most)
+		}
+	}
+	var b bytes.Buffer
+	if err := rep.WriteTable(&b); err != nil || !strings.Contains(b.String(), "range-read") {
+		t.Errorf("table: %v\n%s", err, b.String())
+	}
+	t.Log(b.String())
 }
 
 func TestHistQuantiles(t *testing.T) {

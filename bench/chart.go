@@ -74,6 +74,8 @@ var workloadTitles = map[string]string{
 	Delete:        "Delete",
 	MixedStore:    "Store, mixed sizes",
 	MixedRetrieve: "Retrieve, mixed sizes",
+	RangeRead:     "Range read (GETRANGE)",
+	RangeWrite:    "Range write (SETRANGE)",
 }
 
 // panel is one workload's data.

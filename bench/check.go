@@ -46,6 +46,13 @@ func (rep *Report) Check() error {
 			}
 		}
 	}
+	if slices.Contains(o.Workloads, Range) {
+		for _, w := range []string{RangeRead, RangeWrite} {
+			for _, t := range r.sizedTargets() {
+				want[key(w, o.rangeLabel(), t.mech, t.mode)] = 0
+			}
+		}
+	}
 	for _, res := range rep.Results {
 		k := key(res.Workload, res.SizeLabel, res.Mechanism, res.Mode)
 		n, ok := want[k]
@@ -122,6 +129,10 @@ func (res *Result) check(o Options) error {
 		pos("MiB/s", res.MiBPerSec)
 	}
 
+	if res.Workload == RangeRead || res.Workload == RangeWrite {
+		res.checkRange(o, bad)
+		return errors.Join(errs...)
+	}
 	k, r, n := float64(o.K), float64(o.R), float64(o.Copies)
 	size := float64(res.Size)
 	if size == 0 {
@@ -219,4 +230,45 @@ func (res *Result) check(o Options) error {
 	}
 	ratio("storage overhead", res.StorageOverhead, space, writes.hi)
 	return errors.Join(errs...)
+}
+
+// checkRange checks a range workload's result: a range read reads the
+// primary piece of the value's split 0 (its header) and the piece that
+// covers the range (a copy, a member), one of them when they are the
+// same, and writes nothing; None reads its one chunk. Splitting reads
+// parts of pieces instead: split 0's header, the covering blocks of a data
+// shard (or two) and their table entries, and the headers of the split's
+// other shards (that the write is whole), which makes at most 2·(2 + k +
+// r) device reads and, for ranges of a block or more, at most two bytes
+// read per byte wanted (the target). A range write reads and
+// writes at least once (it reads, modifies and writes the value; None its
+// chunk).
+func (res *Result) checkRange(o Options, bad func(format string, args ...any)) {
+	p := res.PerOp
+	reads := span{1, 2}
+	switch res.Mechanism {
+	case None:
+		reads = exactly(1)
+	case "splitting":
+		reads = span{1, float64(2 * (2 + o.K + o.R))}
+		if res.Workload == RangeRead && o.RangeIO >= 4096 && res.ReadAmp > 2 {
+			bad("read amplification %.3f, want at most 2", res.ReadAmp)
+		}
+	}
+	switch res.Workload {
+	case RangeRead:
+		if p.Writes != 0 || !reads.holds(p.Reads) {
+			bad("device writes and reads per range read = %.3f, %.3f, want 0, %s", p.Writes, p.Reads, reads)
+		}
+		if !(res.ReadAmp >= 1) {
+			bad("read amplification %.3f, want ≥ 1", res.ReadAmp)
+		}
+	case RangeWrite:
+		if p.Writes < 1-0.01 || p.Reads < 1-0.01 || res.Mechanism == None && (!exactly(1).holds(p.Writes) || !exactly(1).holds(p.Reads)) {
+			bad("device writes and reads per range write = %.3f, %.3f, want at least 1 each (None: 1 each)", p.Writes, p.Reads)
+		}
+		if !(res.WriteAmp >= 1) {
+			bad("write amplification %.3f, want ≥ 1", res.WriteAmp)
+		}
+	}
 }

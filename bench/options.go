@@ -42,10 +42,15 @@ const (
 	Mixed         = "mixed"
 	MixedStore    = "mixed-store"
 	MixedRetrieve = "mixed-retrieve"
+	// Range is partial I/O (rangeio.go), reported as RangeRead and
+	// RangeWrite.
+	Range      = "range"
+	RangeRead  = "range-read"
+	RangeWrite = "range-write"
 )
 
 // Workloads lists the workload names Options.Workloads takes.
-var Workloads = []string{Store, Retrieve, Update, Delete, Mixed}
+var Workloads = []string{Store, Retrieve, Update, Delete, Mixed, Range}
 
 // Mechanisms lists the mechanisms a run can measure.
 var Mechanisms = []string{hashing.Name, replication.Name, splitting.Name, packing.Name}
@@ -115,6 +120,12 @@ type Options struct {
 	Mix   []MixPart    `json:"mix"`
 	Rules []array.Rule `json:"rules"`
 
+	// The range workload: RangeKeys values of RangeValue bytes, read and
+	// written RangeIO bytes at a time.
+	RangeValue int `json:"range_value,omitempty"`
+	RangeIO    int `json:"range_io,omitempty"`
+	RangeKeys  int `json:"range_keys,omitempty"`
+
 	// Rebuild runs the rebuild benchmark: RebuildKeys values of
 	// RebuildSize bytes with each of RebuildMechanisms, one device
 	// replaced, rebuilt.
@@ -170,6 +181,9 @@ func Defaults() Options {
 			{Max: 32 << 10, RM: packing.Name},
 			{RM: splitting.Name},
 		},
+		RangeValue:        64 << 20,
+		RangeIO:           4 << 10,
+		RangeKeys:         2,
 		RebuildKeys:       1_000_000,
 		RebuildSize:       4 << 10,
 		RebuildMechanisms: []string{replication.Name, splitting.Name, packing.Name},
@@ -178,9 +192,11 @@ func Defaults() Options {
 }
 
 // Quick is Defaults cut to run in well under a minute on two cores: 4 and
-// 64 KiB values, 300ms per phase, and 2000 keys for the rebuild.
+// 64 KiB values, 300ms per phase, 2000 keys for the rebuild, and no range
+// workload (filling its 64 MiB values takes longer than the rest).
 func Quick() Options {
 	o := Defaults()
+	o.Workloads = slices.DeleteFunc(o.Workloads, func(w string) bool { return w == Range })
 	o.Sizes = []int{4 << 10, 64 << 10}
 	o.Duration = 300 * time.Millisecond
 	o.RebuildKeys = 2000
@@ -253,6 +269,9 @@ func (o *Options) Validate() error {
 			}
 		}
 	}
+	if o.wants(Range) && (o.RangeIO < 1 || o.RangeValue < o.RangeIO || o.RangeKeys < 1) {
+		bad("range workload: %d keys of %d bytes, %d bytes at a time: want at least one key, and values no smaller than the I/O", o.RangeKeys, o.RangeValue, o.RangeIO)
+	}
 	if o.Rebuild {
 		if o.RebuildKeys < 1 || o.RebuildSize < 1 {
 			bad("rebuild of %d keys of %d bytes", o.RebuildKeys, o.RebuildSize)
@@ -275,7 +294,7 @@ func (o *Options) Validate() error {
 // sized reports whether a workload of fixed value sizes is asked for.
 func (o *Options) sized() bool {
 	for _, w := range o.Workloads {
-		if w != Mixed {
+		if w != Mixed && w != Range {
 			return true
 		}
 	}

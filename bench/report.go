@@ -132,7 +132,11 @@ func (res *Result) fill(h *hist) {
 		switch res.Workload {
 		case Store, Update, MixedStore:
 			res.WriteAmp = float64(res.Device.BytesWritten) / float64(res.UserBytes)
-		case Retrieve, MixedRetrieve:
+		case Retrieve, MixedRetrieve, RangeRead:
+			res.ReadAmp = float64(res.Device.BytesRead) / float64(res.UserBytes)
+		case RangeWrite:
+			// A range write reads too: both matter.
+			res.WriteAmp = float64(res.Device.BytesWritten) / float64(res.UserBytes)
 			res.ReadAmp = float64(res.Device.BytesRead) / float64(res.UserBytes)
 		}
 	}
@@ -148,7 +152,7 @@ func newReport(o Options) *Report {
 // in the percentages of None.
 func (rep *Report) finish() {
 	rep.LoadAfter = loadAvg()
-	order := map[string]int{Store: 0, Retrieve: 1, Update: 2, Delete: 3, MixedStore: 4, MixedRetrieve: 5}
+	order := map[string]int{Store: 0, Retrieve: 1, Update: 2, Delete: 3, MixedStore: 4, MixedRetrieve: 5, RangeRead: 6, RangeWrite: 7}
 	sizes := map[int]int{}
 	for i, s := range rep.Options.Sizes {
 		sizes[s] = i

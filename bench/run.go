@@ -162,6 +162,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.wants(Mixed) {
 		r.steps += len(mixed) * 2
 	}
+	if o.wants(Range) {
+		r.steps += len(sized) * 2
+	}
 	if o.Rebuild {
 		r.steps += len(o.RebuildMechanisms)
 	}
@@ -181,6 +184,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			res, err := r.sequence(ctx, t, 0)
 			if err != nil {
 				return nil, fmt.Errorf("%s mixed sizes: %w", t, err)
+			}
+			rep.Results = append(rep.Results, res...)
+		}
+	}
+	if o.wants(Range) {
+		for _, t := range sized {
+			res, err := r.rangeSequence(ctx, t)
+			if err != nil {
+				return nil, fmt.Errorf("%s range: %w", t, err)
 			}
 			rep.Results = append(rep.Results, res...)
 		}
@@ -411,8 +423,10 @@ type phase struct {
 	// duration is over.
 	total    int64
 	measured bool // counts toward progress (a fill that is not asked for does not)
-	untimed  bool // ignores Options.Duration
-	choose   func(worker int) chooser
+	// workers, when set, replaces Threads × QueueDepth.
+	workers int
+	untimed bool // ignores Options.Duration
+	choose  func(worker int) chooser
 	// op performs operation i and returns the user value bytes it moved.
 	op func(w *worker, i int64, buf []byte) (int, error)
 }
@@ -433,6 +447,9 @@ func (r *runner) measure(ctx context.Context, in *instance, ph phase) (Result, e
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	n := r.o.Threads * r.o.QueueDepth
+	if ph.workers > 0 {
+		n = ph.workers
+	}
 	workers := make([]*worker, n)
 	var next, done atomic.Int64
 	var deadline time.Time

@@ -117,10 +117,18 @@ type Op struct {
 	Kind  OpKind
 	Key   []byte
 	Value []byte // input for OpStore
+	// Off and Len, for OpRetrieve with Len > 0, ask for bytes [Off,
+	// Off+Len) of the value only (fewer where it ends, none past it: a
+	// KV-SSD's retrieve with offset). A device that reads part of a value
+	// returns just those bytes and sets Partial; one that cannot returns
+	// the whole value and leaves Partial false, and the caller slices
+	// (mechanism.Env does). Devices without it stay correct.
+	Off, Len int
 
-	Result []byte // output of OpRetrieve
-	Found  bool   // output of OpExist (and OpRetrieve: true when Result is valid)
-	Err    error
+	Result  []byte // output of OpRetrieve
+	Found   bool   // output of OpExist (and OpRetrieve: true when Result is valid)
+	Partial bool   // output of OpRetrieve: Result is the range Off, Len asked for
+	Err     error
 }
 
 // RunBatch executes ops one at a time through d's single-op methods. It is

@@ -121,7 +121,7 @@ func checksum(b []byte) uint32 {
 // Decode parses and verifies an internal value. The returned Fields and
 // Payload alias b. Every failure wraps ErrCorrupt.
 func Decode(b []byte) (Value, error) {
-	h, n, err := decodeHeader(b)
+	h, n, err := decodeHeader(b, false)
 	if err != nil {
 		return Value{}, err
 	}
@@ -131,9 +131,20 @@ func Decode(b []byte) (Value, error) {
 	return Value{Header: h, Payload: b[n:]}, nil
 }
 
+// PeekHeader parses the header at the start of b, the first bytes of an
+// internal value (a partial read, device.Op.Len), WITHOUT verifying it:
+// the checksum covers the whole value, so the caller must verify what it
+// relies on some other way. Fields holds the RM fields b has (fewer than
+// the header says when b ends first); fieldsLen is their full length.
+func PeekHeader(b []byte) (h Header, fieldsLen int, err error) {
+	h, n, err := decodeHeader(b, true)
+	return h, n - HeaderLen, err
+}
+
 // decodeHeader checks the structure of b and returns its header and the
-// offset of the payload, without verifying the checksum.
-func decodeHeader(b []byte) (Header, int, error) {
+// offset of the payload, without verifying the checksum. A prefix may end
+// within the RM fields.
+func decodeHeader(b []byte, prefix bool) (Header, int, error) {
 	if len(b) < HeaderLen {
 		return Header{}, 0, fmt.Errorf("%w: %d bytes, shorter than a header", ErrCorrupt, len(b))
 	}
@@ -148,7 +159,7 @@ func decodeHeader(b []byte) (Header, int, error) {
 	}
 	fl := int(binary.LittleEndian.Uint16(b[6:]))
 	n := HeaderLen + fl
-	if len(b) < n {
+	if len(b) < n && !prefix {
 		return Header{}, 0, fmt.Errorf("%w: %d bytes of RM fields past the end", ErrCorrupt, fl)
 	}
 	h := Header{
@@ -158,7 +169,7 @@ func decodeHeader(b []byte) (Header, int, error) {
 		SplitLen:  binary.LittleEndian.Uint32(b[12:]),
 		ObjectLen: binary.LittleEndian.Uint64(b[16:]),
 		Version:   binary.LittleEndian.Uint64(b[24:]),
-		Fields:    b[HeaderLen:n:n],
+		Fields:    b[HeaderLen:min(n, len(b)):min(n, len(b))],
 	}
 	if h.Splits == 0 || h.Splits > MaxSplits {
 		return Header{}, 0, fmt.Errorf("%w: %d splits", ErrCorrupt, h.Splits)

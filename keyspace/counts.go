@@ -59,6 +59,12 @@ type state struct {
 	foreign bool  // a value not in the keyspace's format
 	unknown bool  // could not be read, for err
 	err     error
+	// Of a value in the keyspace's format, as before read it: its
+	// encoding flag, the length of its keyspace header (where the Redis
+	// value starts) and of the Redis value.
+	raw    bool
+	head   int
+	length int64
 }
 
 // tally is one recount's progress in its key order.
@@ -189,20 +195,21 @@ func (t *tally) passed(k []byte) bool {
 	return !t.active || t.pos != nil && bytes.Compare(k, t.pos) <= 0
 }
 
-// before reads the state of key of db byte p.
+// before reads the state of key of db byte p: its keyspace header and
+// length only (a range read), not the value.
 func (s *Store) before(ctx context.Context, p int, key []byte) state {
-	b, err := s.A.Retrieve(ctx, RawKey(p, key))
+	got, total, err := s.A.RetrieveRanges(ctx, RawKey(p, key), array.Range{Len: headLen})
 	switch {
 	case errors.Is(err, array.ErrNotFound):
 		return state{}
 	case err != nil:
 		return state{unknown: true, err: err}
 	}
-	v, err := DecodeValue(b)
+	v, n, err := DecodeHead(got[0])
 	if err != nil {
 		return state{exists: true, foreign: true} // not ours, but listed as a key
 	}
-	return state{exists: true, at: v.At}
+	return state{exists: true, at: v.At, raw: v.Raw, head: n, length: total - int64(n)}
 }
 
 // write reads the state of key of db byte p, runs fn with it — a write

@@ -133,6 +133,29 @@ func DecodeValue(b []byte) (Value, error) {
 	return v, nil
 }
 
+// headLen is how many bytes of an array value hold its keyspace header at
+// most (the tag and an expire-at): a range read of them is enough to decode
+// the header (DecodeHead).
+const headLen = 9
+
+// DecodeHead decodes the keyspace header at the start of an array value
+// (b: its first bytes, at least headLen when the value has that many) and
+// returns it (V nil) and its length: the offset of the Redis value's bytes.
+func DecodeHead(b []byte) (Value, int, error) {
+	if len(b) < 1 || b[0]&^(tagExpiry|tagRaw) != 0 {
+		return Value{}, 0, ErrBadValue
+	}
+	v := Value{Raw: b[0]&tagRaw != 0}
+	if b[0]&tagExpiry == 0 {
+		return v, 1, nil
+	}
+	if len(b) < 9 {
+		return Value{}, 0, ErrBadValue
+	}
+	v.At = int64(binary.BigEndian.Uint64(b[1:9]))
+	return v, 9, nil
+}
+
 // ExpiryKey is the index entry of db's key expiring at at.
 func ExpiryKey(at int64, db int, key []byte) []byte {
 	k := make([]byte, 2+8+1+len(key))

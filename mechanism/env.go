@@ -561,3 +561,34 @@ func Lost(k Key, name string, pieces []Piece, why string) error {
 func SameBytes(a, b *format.Value) bool {
 	return a.Version == b.Version && bytes.Equal(a.Payload, b.Payload) && bytes.Equal(a.Fields, b.Fields)
 }
+
+// Part is a range of one device's value: bytes [Off, Off+Len) of Key on
+// Dev, Len > 0. Result and Err are ReadParts' outputs.
+type Part struct {
+	Dev      int
+	Key      []byte
+	Off, Len int
+	Result   []byte // fewer than Len bytes where the value ends
+	Err      error
+}
+
+// ReadParts reads each part, as Read reads whole values (concurrently
+// across devices, stale answers and failed devices handled alike), but
+// raw: nothing is decoded or verified, which is the caller's to do. A
+// device that cannot read part of a value returns it whole (see
+// device.Op.Len), sliced here.
+func (e *Env) ReadParts(ctx context.Context, parts []Part) {
+	ops := make([]Op, len(parts))
+	for i, p := range parts {
+		ops[i] = Op{Dev: p.Dev, Op: device.Op{Kind: device.OpRetrieve, Key: p.Key, Off: p.Off, Len: p.Len}}
+	}
+	e.Do(ctx, ops)
+	for i := range ops {
+		p, op := &parts[i], &ops[i]
+		p.Result, p.Err = op.Result, op.Err
+		if p.Err == nil && !op.Partial {
+			lo := min(max(p.Off, 0), len(p.Result))
+			p.Result = p.Result[lo : lo+min(p.Len, len(p.Result)-lo)]
+		}
+	}
+}

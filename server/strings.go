@@ -437,17 +437,87 @@ func cmdMget(c *call) {
 	}
 }
 
+// STRLEN, GETRANGE, SETRANGE and APPEND read and write in place outside
+// transactions (keyspace's range I/O: the header and the range, never
+// the whole value, are read; a write edits the value in the array).
+// Inside EXEC they go through the transaction's overlay of whole values.
+
+// getRange returns n bytes of key's value from byte off (fewer where it
+// ends) and the value's length; found false if absent or expired.
+func (c *call) getRange(db int, key []byte, off, n int64) ([]byte, int64, bool, error) {
+	if c.tx != nil {
+		v, found, err := c.get(db, key)
+		if err != nil || !found {
+			return nil, 0, false, err
+		}
+		lo := min(off, int64(len(v.v)))
+		return v.v[lo : lo+min(n, int64(len(v.v))-lo)], int64(len(v.v)), true, nil
+	}
+	if err := c.s.checkKey(key); err != nil {
+		return nil, 0, false, err
+	}
+	c.s.stats.retrieves.Add(1)
+	part, length, _, err := c.s.ks.LoadRange(c.ctx, db, key, off, n)
+	switch {
+	case err == nil:
+		return part, length, true, nil
+	case errors.Is(err, array.ErrNotFound):
+		return nil, 0, false, nil
+	}
+	return nil, 0, false, err
+}
+
 func cmdStrlen(c *call) {
-	v, _, err := c.get(c.cl.db, c.args[1])
+	_, n, _, err := c.getRange(c.cl.db, c.args[1], 0, 0)
 	if err != nil {
 		c.fail(err)
 		return
 	}
-	c.w.WriteInt(len(v.v))
+	c.w.WriteInt(int(n))
 }
 
-// cmdAppend rewrites the whole value: the array has no partial write.
+// editInPlace runs edit (a keyspace range write) under key's lock and
+// replies with the length it returns; false, having replied nothing, when
+// the key has no live value to edit (the caller then writes a whole new
+// value) or inside a transaction.
+func (c *call) editInPlace(key []byte, edit func() (int64, error)) bool {
+	if c.tx != nil {
+		return false
+	}
+	if !c.checkKeys(key) {
+		return true
+	}
+	unlock, err := c.lockKeys(c.cl.db, key)
+	if err != nil {
+		c.fail(err)
+		return true
+	}
+	defer unlock()
+	n, err := edit()
+	switch {
+	case errors.Is(err, keyspace.ErrNoValue):
+		return false
+	case errors.Is(err, array.ErrValueTooLarge):
+		c.error(errTooBig)
+		return true
+	case err != nil:
+		c.fail(err)
+		return true
+	}
+	c.s.stats.stores.Add(1)
+	c.s.touch(c.cl.db, key)
+	c.w.WriteInt(int(n))
+	return true
+}
+
+// cmdAppend edits the value in place; a key with no value is created
+// whole (not raw, as Redis does).
 func cmdAppend(c *call) {
+	if c.editInPlace(c.args[1], func() (int64, error) {
+		return c.s.ks.Append(c.ctx, c.cl.db, c.args[1], c.args[2], c.s.maxValue)
+	}) {
+		return
+	}
 	var n int
 	if _, _, ok := c.update(c.args[1], func(cur value, found bool) (value, bool, string) {
 		if int64(len(cur.v)+len(c.args[2])) > c.s.maxValue {
@@ -462,7 +532,10 @@ func cmdAppend(c *call) {
 	}
 }
 
-// cmdGetRange serves GETRANGE and SUBSTR, with Redis's index rules.
+// cmdGetRange serves GETRANGE and SUBSTR, with Redis's index rules. It
+// reads the value's header and the range; with an index counted from the
+// end, the length first (under the key's lock, so that both reads see one
+// value).
 func cmdGetRange(c *call) {
 	start, err1 := strconv.ParseInt(string(c.args[2]), 10, 64)
 	end, err2 := strconv.ParseInt(string(c.args[3]), 10, 64)
@@ -470,31 +543,50 @@ func cmdGetRange(c *call) {
 		c.error(errNotInt)
 		return
 	}
-	v, _, err := c.get(c.cl.db, c.args[1])
+	if start < 0 && end < 0 && start > end {
+		c.w.WriteBulkString("")
+		return
+	}
+	key := c.args[1]
+	if start < 0 || end < 0 {
+		if c.tx == nil && c.s.checkKey(key) == nil {
+			unlock, err := c.lockKeys(c.cl.db, key)
+			if err != nil {
+				c.fail(err)
+				return
+			}
+			defer unlock()
+		}
+		_, n, _, err := c.getRange(c.cl.db, key, 0, 0)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		if start < 0 {
+			start = max(n+start, 0)
+		}
+		if end < 0 {
+			end = max(n+end, 0)
+		}
+	}
+	if start > end {
+		c.w.WriteBulkString("")
+		return
+	}
+	v, _, _, err := c.getRange(c.cl.db, key, start, min(end, math.MaxInt64-1)-start+1)
 	if err != nil {
 		c.fail(err)
 		return
 	}
-	n := int64(len(v.v))
-	if start < 0 && end < 0 && start > end || n == 0 {
-		c.w.WriteBulkString("")
+	if len(v) == 0 {
+		c.w.WriteBulkString("") // also for a key with no value
 		return
 	}
-	if start < 0 {
-		start = max(n+start, 0)
-	}
-	if end < 0 {
-		end = max(n+end, 0)
-	}
-	end = min(end, n-1)
-	if start > end || start >= n {
-		c.w.WriteBulkString("")
-		return
-	}
-	c.w.WriteBulk(v.v[start : end+1])
+	c.w.WriteBulk(v)
 }
 
-// cmdSetRange rewrites the whole value: the array has no partial write.
+// cmdSetRange edits the value in place; a key with no value is created
+// whole (raw, as Redis does).
 func cmdSetRange(c *call) {
 	off, err := strconv.ParseInt(string(c.args[2]), 10, 64)
 	if err != nil {
@@ -508,6 +600,11 @@ func cmdSetRange(c *call) {
 	val := c.args[3]
 	if len(val) > 0 && off > min(c.s.maxValue, 512<<20)-int64(len(val)) {
 		c.error(errTooBig)
+		return
+	}
+	if c.editInPlace(c.args[1], func() (int64, error) {
+		return c.s.ks.SetRange(c.ctx, c.cl.db, c.args[1], off, val, c.s.maxValue)
+	}) {
 		return
 	}
 	var n int

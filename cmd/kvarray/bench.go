@@ -36,6 +36,8 @@ func (c *cli) benchCmd() *cobra.Command {
 		bytesPerSec                 string
 		rebuildKeys                 int
 		rebuildSize                 string
+		rangeValue, rangeIO         string
+		rangeKeys                   int
 		mix, thresholds             []string
 	)
 	cmd := &cobra.Command{
@@ -55,6 +57,9 @@ retrieves the paper's mix of 4, 16 and 64 KiB values at 30:40:30 (--mix),
 with each mechanism alone and in hybrid mode with the thresholds
 replication up to 8 KiB, packing up to 32 KiB, splitting above
 (--thresholds): try thresholds chosen from a run over your sizes here.
+range reads (GETRANGE) and writes (SETRANGE) --range-io bytes at random
+aligned offsets of --range-keys values of --range-value bytes: RAMP is the
+device bytes read per user byte (docs/partial-io.md).
 
 Backends: --backend mem (the default: in-memory devices with a KV-SSD-like
 speed model, see --ops-per-sec), --backend pebble --dir DIR (fresh
@@ -150,6 +155,18 @@ draws the paper's bar-and-lollipop figure (.svg, .png or .pdf).
 					perr = errors.Join(perr, errors.New("--thresholds: the last rule must take every larger size (MECHANISM without MAX:)"))
 				}
 			})
+			sizeFlag := func(name, v string, dst *int) {
+				set(name, func() {
+					n, err := humanize.ParseBytes(v)
+					if err != nil || n == 0 {
+						perr = errors.Join(perr, fmt.Errorf("--%s: %q is not a size", name, v))
+					}
+					*dst = int(n)
+				})
+			}
+			sizeFlag("range-value", rangeValue, &o.RangeValue)
+			sizeFlag("range-io", rangeIO, &o.RangeIO)
+			set("range-keys", func() { o.RangeKeys = rangeKeys })
 			o.Rebuild = rebuild
 			set("rebuild-keys", func() { o.RebuildKeys = rebuildKeys })
 			set("rebuild-size", func() {
@@ -194,8 +211,8 @@ draws the paper's bar-and-lollipop figure (.svg, .png or .pdf).
 		},
 	}
 	fl := cmd.Flags()
-	fl.BoolVar(&quick, "quick", false, "a short run: 4 and 64 KiB, 300ms per phase (under a minute)")
-	fl.StringSliceVar(&workloads, "workloads", bench.Workloads, "workloads: store, retrieve, update, delete, mixed")
+	fl.BoolVar(&quick, "quick", false, "a short run: 4 and 64 KiB, 300ms per phase, no range workload (under a minute)")
+	fl.StringSliceVar(&workloads, "workloads", bench.Workloads, "workloads: store, retrieve, update, delete, mixed, range")
 	fl.StringSliceVar(&sizes, "sizes", []string{"1KiB", "4KiB", "16KiB", "64KiB"}, "value sizes of store, retrieve, update and delete")
 	fl.StringSliceVar(&mechs, "mechanisms", bench.Mechanisms, "mechanisms to measure (None is always measured)")
 	fl.StringSliceVar(&modes, "modes", []string{"standalone", "hybrid"}, "modes to measure each mechanism in")
@@ -219,6 +236,9 @@ draws the paper's bar-and-lollipop figure (.svg, .png or .pdf).
 	fl.StringVar(&bytesPerSec, "bytes-per-sec", "80MB", "mem devices: value bytes per second per device (0: unlimited)")
 	fl.StringSliceVar(&mix, "mix", []string{"4KiB:30", "16KiB:40", "64KiB:30"}, "mixed workload: value sizes and weights, SIZE:WEIGHT,...")
 	fl.StringSliceVar(&thresholds, "thresholds", []string{"8KiB:replication", "32KiB:packing", "splitting"}, "mixed workload's hybrid rules, MAX:MECHANISM,...,MECHANISM")
+	fl.StringVar(&rangeValue, "range-value", "64MiB", "range workload: size of its values")
+	fl.StringVar(&rangeIO, "range-io", "4KiB", "range workload: bytes read or written at a time")
+	fl.IntVar(&rangeKeys, "range-keys", 2, "range workload: how many values")
 	fl.BoolVar(&rebuild, "rebuild", false, "also run the rebuild benchmark")
 	fl.IntVar(&rebuildKeys, "rebuild-keys", 1_000_000, "values stored before the rebuild (--quick: 2000)")
 	fl.StringVar(&rebuildSize, "rebuild-size", "4KiB", "size of the rebuild benchmark's values")

@@ -75,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T, l device.Limits) device.Device, o
 		{"IterateMutate", s.testIterateMutate},
 		{"Batch", s.testBatch},
 		{"BatchOwnership", s.testBatchOwnership},
+		{"PartialRetrieve", s.testPartialRetrieve},
 		{"Accounting", s.testAccounting},
 		{"Ownership", s.testOwnership},
 		{"Concurrent", s.testConcurrent},
@@ -573,6 +574,34 @@ func (s suite) testBatch(t *testing.T) {
 	wantValue(t, d, e, ve)
 	wantValue(t, d, pre, []byte("before"))
 	s.wantAccounting(t, d, 3, int64(len(a)+len(va2)+len(e)+len(ve)+len(pre)+len("before")))
+}
+
+// testPartialRetrieve: a retrieve with Off and Len returns either just
+// that range (Partial set) or the whole value (Partial clear), never
+// anything else; past the end the range is short or empty; a missing key
+// is not found either way.
+func (s suite) testPartialRetrieve(t *testing.T) {
+	d := s.dev(t, device.Limits{})
+	ctx := context.Background()
+	v := val(7, 10000)
+	mustStore(t, d, key("part"), v)
+	for _, r := range []struct{ off, n int }{{0, 1}, {100, 4096}, {9990, 100}, {10000, 5}, {20000, 5}} {
+		ops := []device.Op{{Kind: device.OpRetrieve, Key: key("part"), Off: r.off, Len: r.n}, {Kind: device.OpRetrieve, Key: key("nopart"), Off: r.off, Len: r.n}}
+		if err := d.Batch(ctx, ops); err != nil {
+			t.Fatalf("batch: %v", err)
+		}
+		want := v
+		if ops[0].Partial {
+			lo := min(r.off, len(v))
+			want = v[lo : lo+min(r.n, len(v)-lo)]
+		}
+		if ops[0].Err != nil || !ops[0].Found || !bytes.Equal(ops[0].Result, want) {
+			t.Errorf("range %d+%d: %d bytes (partial %v), %v; want %d", r.off, r.n, len(ops[0].Result), ops[0].Partial, ops[0].Err, len(want))
+		}
+		if !errors.Is(ops[1].Err, device.ErrNotFound) || ops[1].Found || ops[1].Partial {
+			t.Errorf("range %d+%d of a missing key: %v, found %v", r.off, r.n, ops[1].Err, ops[1].Found)
+		}
+	}
 }
 
 func (s suite) testBatchOwnership(t *testing.T) {

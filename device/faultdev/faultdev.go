@@ -299,7 +299,7 @@ func (w *wrapped) Batch(ctx context.Context, ops []device.Op) error {
 	)
 	for i := range ops {
 		op := &ops[i]
-		op.Result, op.Found, op.Err = nil, false, nil
+		op.Result, op.Found, op.Partial, op.Err = nil, false, false, nil
 		if err := w.check(op.Kind, op.Key); err != nil {
 			op.Err = fmt.Errorf("batch op %d: %w", i, err)
 			continue
@@ -318,7 +318,7 @@ func (w *wrapped) Batch(ctx context.Context, ops []device.Op) error {
 	}
 	err := w.d.Batch(ctx, pass)
 	for j, i := range idx {
-		ops[i].Result, ops[i].Found, ops[i].Err = pass[j].Result, pass[j].Found, pass[j].Err
+		ops[i].Result, ops[i].Found, ops[i].Partial, ops[i].Err = pass[j].Result, pass[j].Found, pass[j].Partial, pass[j].Err
 	}
 	return err
 }

@@ -226,6 +226,18 @@ func (d *Device) storeLocked(key, value []byte) error {
 	return nil
 }
 
+// getRangeLocked returns a copy of bytes [off, off+n) of the value under
+// key, fewer where it ends (a partial retrieve, device.Op.Len): only
+// those bytes are read and charged to the speed model.
+func (d *Device) getRangeLocked(key []byte, off, n int) ([]byte, bool) {
+	e, ok := d.tree.Get(entry{key: key})
+	if !ok {
+		return nil, false
+	}
+	lo := min(max(off, 0), len(e.value))
+	return append([]byte{}, e.value[lo:lo+min(n, len(e.value)-lo)]...), true
+}
+
 // getLocked returns a copy of the value under key. The copy is never nil
 // for a found key, so that an empty value is told apart from none.
 func (d *Device) getLocked(key []byte) ([]byte, bool) {
@@ -374,14 +386,14 @@ func (d *Device) Batch(ctx context.Context, ops []device.Op) error {
 	if err := d.begin(ctx, nil, false); err != nil {
 		err = d.errorf("batch: %w", err)
 		for i := range ops {
-			ops[i].Result, ops[i].Found, ops[i].Err = nil, false, err
+			ops[i].Result, ops[i].Found, ops[i].Partial, ops[i].Err = nil, false, false, err
 		}
 		return err
 	}
 	valid, written := 0, 0
 	for i := range ops {
 		op := &ops[i]
-		op.Result, op.Found, op.Err = nil, false, d.validate(i, op)
+		op.Result, op.Found, op.Partial, op.Err = nil, false, false, d.validate(i, op)
 		if op.Err == nil {
 			valid++
 			if op.Kind == device.OpStore {
@@ -422,7 +434,12 @@ func (d *Device) Batch(ctx context.Context, ops []device.Op) error {
 				op.Err = d.errorf("batch op %d (store %q): %w", i, op.Key, err)
 			}
 		case device.OpRetrieve:
-			op.Result, op.Found = d.getLocked(op.Key)
+			if op.Len > 0 {
+				op.Result, op.Found = d.getRangeLocked(op.Key, op.Off, op.Len)
+				op.Partial = op.Found
+			} else {
+				op.Result, op.Found = d.getLocked(op.Key)
+			}
 			if !op.Found {
 				op.Err = d.errorf("batch op %d (retrieve %q): %w", i, op.Key, device.ErrNotFound)
 			}
@@ -443,7 +460,7 @@ func (d *Device) Batch(ctx context.Context, ops []device.Op) error {
 			continue
 		}
 		if err != nil {
-			op.Result, op.Found = nil, false
+			op.Result, op.Found, op.Partial = nil, false, false
 			op.Err = d.errorf("batch op %d (retrieve %q): %w", i, op.Key, err)
 			continue
 		}

@@ -57,6 +57,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"math/bits"
 	"sync"
@@ -77,8 +78,43 @@ const (
 	DefaultR = 2
 )
 
-// FieldsLen is the length of the RM fields of every shard.
+// FieldsLen is the length of the fixed RM fields of every shard; a block
+// table may follow them (see BlockSize).
 const FieldsLen = 7
+
+// BlockSize is the unit of a range read within a shard. The RM fields of a
+// shard end with a table of one CRC32C per BlockSize bytes of its payload
+// (the last block shorter), each taken over the write's version, the
+// shard's index and the block's number, then the block (blockCRC): a
+// block read alone (a partial device read) is verified by its table entry,
+// read alone too, and a block of another write, shard or position fails
+// it. The piece's own checksum still covers everything, table included,
+// for whole reads. Shards written without a table (before it existed, or
+// on devices too small for one) are read as before.
+const BlockSize = 4096
+
+// alignFrom is how many blocks a shard must hold at least for the largest
+// shard to be cut to whole blocks (see newSplitting).
+const alignFrom = 100
+
+// blocks is how many blocks a shard of size bytes has.
+func blocks(size int) int { return (size + BlockSize - 1) / BlockSize }
+
+// fieldsLen is the length of the RM fields of a shard of size bytes with
+// its block table.
+func fieldsLen(size int) int { return FieldsLen + 4*blocks(size) }
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// blockCRC is the checksum of block b (its bytes) of shard index of the
+// write of version v.
+func blockCRC(v uint64, index, b int, block []byte) uint32 {
+	var seed [13]byte
+	binary.LittleEndian.PutUint64(seed[:], v)
+	seed[8] = byte(index)
+	binary.LittleEndian.PutUint32(seed[9:], uint32(b))
+	return crc32.Update(crc32.Update(0, castagnoli, seed[:]), castagnoli, block)
+}
 
 // maxField is the largest k, r or index the one-byte fields hold.
 const maxField = math.MaxUint8
@@ -102,6 +138,7 @@ type splitting struct {
 	k, r     int
 	codec    erasure.Codec
 	splitCap int
+	tables   bool // shards are written with their block table
 }
 
 func newSplitting(env *mechanism.Env, k, r int) (*splitting, error) {
@@ -115,11 +152,29 @@ func newSplitting(env *mechanism.Env, k, r int) (*splitting, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	maxShard := env.Limits().MaxValueLen - format.HeaderLen - FieldsLen
-	if maxShard < 1 {
+	avail := env.Limits().MaxValueLen - format.HeaderLen - FieldsLen
+	if avail < 1 {
 		return nil, fmt.Errorf("%s: device values of %d bytes cannot hold a header and a shard", Name, env.Limits().MaxValueLen)
 	}
-	return &splitting{env: env, k: k, r: r, codec: codec, splitCap: splitCap(codec, maxShard)}, nil
+	// The largest shard that fits with its block table, if one does.
+	maxShard := avail * BlockSize / (BlockSize + 4)
+	for maxShard > 0 && maxShard+4*blocks(maxShard) > avail {
+		maxShard--
+	}
+	for maxShard+1+4*blocks(maxShard+1) <= avail {
+		maxShard++
+	}
+	tables := maxShard >= 1
+	if !tables {
+		maxShard = avail
+	}
+	if tables && maxShard >= alignFrom*BlockSize {
+		// Whole blocks: the shards of a huge value then start at
+		// multiples of BlockSize of the value, and a block-aligned range
+		// of it reads one block, not two (less than 1% of the shard).
+		maxShard -= maxShard % BlockSize
+	}
+	return &splitting{env: env, k: k, r: r, codec: codec, splitCap: splitCap(codec, maxShard), tables: tables}, nil
 }
 
 // splitCap is the largest split whose shards fit in maxShard bytes and
@@ -169,18 +224,36 @@ type shape struct {
 	ec        format.EC
 	k, r      int
 	shardSize int
+	blocks    bool // the shards carry block tables
 }
 
 func (g *shape) width() int { return g.k + g.r }
 
-// header returns the header of shard index of g.
-func (g *shape) header(fields *[FieldsLen]byte, index int) format.Header {
-	putFields(fields, g.k, g.r, index, g.shardSize)
-	return format.Header{RM: format.RMSplitting, EC: g.ec, Splits: g.splits, SplitLen: g.splitLen,
-		ObjectLen: g.objectLen, Version: g.version, Fields: fields[:]}
+// fieldsLen is the length of the RM fields of g's shards.
+func (g *shape) fieldsLen() int {
+	if g.blocks {
+		return fieldsLen(g.shardSize)
+	}
+	return FieldsLen
 }
 
-func putFields(f *[FieldsLen]byte, k, r, index, shardSize int) {
+// header returns the header of shard index of g, whose bytes are shard
+// (for its block table). fields is a buffer of g.fieldsLen() bytes at
+// least.
+func (g *shape) header(fields []byte, index int, shard []byte) format.Header {
+	f := fields[:g.fieldsLen()]
+	putFields(f, g.k, g.r, index, g.shardSize)
+	if g.blocks {
+		for b := range blocks(g.shardSize) {
+			block := shard[b*BlockSize : min((b+1)*BlockSize, len(shard))]
+			binary.LittleEndian.PutUint32(f[FieldsLen+4*b:], blockCRC(g.version, index, b, block))
+		}
+	}
+	return format.Header{RM: format.RMSplitting, EC: g.ec, Splits: g.splits, SplitLen: g.splitLen,
+		ObjectLen: g.objectLen, Version: g.version, Fields: f}
+}
+
+func putFields(f []byte, k, r, index, shardSize int) {
 	f[0], f[1], f[2] = byte(k), byte(r), byte(index)
 	binary.LittleEndian.PutUint32(f[3:], uint32(shardSize))
 }
@@ -188,7 +261,7 @@ func putFields(f *[FieldsLen]byte, k, r, index, shardSize int) {
 // geometry returns the k and r a header of ours records, and false for a
 // header that is not a well-formed Splitting one.
 func (m *splitting) geometry(h *format.Header) (k, r int, ok bool) {
-	if h == nil || h.RM != format.RMSplitting || len(h.Fields) != FieldsLen {
+	if h == nil || h.RM != format.RMSplitting || len(h.Fields) < FieldsLen || (len(h.Fields)-FieldsLen)%4 != 0 {
 		return 0, 0, false
 	}
 	k, r = int(h.Fields[0]), int(h.Fields[1])
@@ -214,21 +287,33 @@ func (m *splitting) codecFor(ec format.EC, k, r int) (erasure.Codec, error) {
 // parse checks that v is a well-formed shard of ours whose payload matches
 // its recorded geometry, and returns its shape and index.
 func (m *splitting) parse(v *format.Value) (shape, int, bool) {
-	k, r, ok := m.geometry(&v.Header)
+	g, index, ok := m.shapeOf(&v.Header)
+	if !ok || g.shardSize != len(v.Payload) {
+		return shape{}, 0, false
+	}
+	return g, index, true
+}
+
+// shapeOf returns the shape and index a shard's header records, and false
+// when they are not a well-formed shard's of ours. The header's RM fields
+// must be whole (their block table included).
+func (m *splitting) shapeOf(h *format.Header) (shape, int, bool) {
+	k, r, ok := m.geometry(h)
 	if !ok {
 		return shape{}, 0, false
 	}
-	f := v.Fields
+	f := h.Fields
 	index, size := int(f[2]), int(binary.LittleEndian.Uint32(f[3:]))
-	if index >= k+r || size != len(v.Payload) {
+	blocked := len(f) > FieldsLen
+	if index >= k+r || blocked && len(f) != fieldsLen(size) {
 		return shape{}, 0, false
 	}
-	c, err := m.codecFor(v.EC, k, r)
-	if err != nil || c.ShardSize(int(v.SplitLen)) != size {
+	c, err := m.codecFor(h.EC, k, r)
+	if err != nil || c.ShardSize(int(h.SplitLen)) != size {
 		return shape{}, 0, false
 	}
-	return shape{version: v.Version, objectLen: v.ObjectLen, splits: v.Splits, splitLen: v.SplitLen,
-		ec: v.EC, k: k, r: r, shardSize: size}, index, true
+	return shape{version: h.Version, objectLen: h.ObjectLen, splits: h.Splits, splitLen: h.SplitLen,
+		ec: h.EC, k: k, r: r, shardSize: size, blocks: blocked}, index, true
 }
 
 // Store implements mechanism.Mechanism: it encodes value, writes the k+r
@@ -315,7 +400,9 @@ func (m *splitting) write(ctx context.Context, k mechanism.Key, v uint64, vals [
 func (m *splitting) encode(obj mechanism.Object, value []byte) ([][]byte, *[]byte, error) {
 	k, w, n := m.k, m.k+m.r, len(value)
 	s := m.codec.ShardSize(n)
-	pl := format.HeaderLen + FieldsLen + s
+	g := shape{version: obj.Version, objectLen: obj.ObjectLen, splits: obj.Splits, splitLen: uint32(n),
+		ec: erasure.ReedSolomon, k: k, r: m.r, shardSize: s, blocks: m.tables && s > 0}
+	pl := format.HeaderLen + g.fieldsLen() + s
 	full := min(n/s, k)
 	bp := getBuf(w*pl + (w-full)*s)
 	buf := *bp
@@ -337,11 +424,9 @@ func (m *splitting) encode(obj mechanism.Object, value []byte) ([][]byte, *[]byt
 		putBuf(bp)
 		return nil, nil, err
 	}
-	g := shape{version: obj.Version, objectLen: obj.ObjectLen, splits: obj.Splits, splitLen: uint32(n),
-		ec: erasure.ReedSolomon, k: k, r: m.r, shardSize: s}
-	var fields [FieldsLen]byte
+	fields := make([]byte, g.fieldsLen())
 	for i := range vals {
-		h := g.header(&fields, i)
+		h := g.header(fields, i, shards[i])
 		vals[i] = format.Append(buf[i*pl:i*pl:(i+1)*pl], &h, shards[i])
 	}
 	return vals, bp, nil
@@ -753,15 +838,15 @@ func (m *splitting) rewrite(ctx context.Context, k mechanism.Key, g *shape, shar
 	if ctx.Err() != nil {
 		return 0, ctx.Err()
 	}
-	pl := format.HeaderLen + FieldsLen + g.shardSize
+	pl := format.HeaderLen + g.fieldsLen() + g.shardSize
 	buf := make([]byte, 0, len(bad)*pl)
 	ops := make([]mechanism.Op, 0, len(bad))
-	var fields [FieldsLen]byte
+	fields := make([]byte, g.fieldsLen())
 	for _, i := range bad {
 		if failed[i] {
 			continue
 		}
-		h := g.header(&fields, i)
+		h := g.header(fields, i, shards[i])
 		start := len(buf)
 		buf = format.Append(buf, &h, shards[i])
 		ops = append(ops, mechanism.Op{Dev: m.env.At(k, i),
@@ -813,4 +898,191 @@ func allNotFound(pieces []mechanism.Piece) bool {
 		}
 	}
 	return true
+}
+
+// RetrieveRange returns bytes [lo, hi) of split k's user bytes and the
+// header they were found with, reading only the data shards that cover
+// the range. hint describes split k's write: a header of one of the
+// value's shards (split 0's primary piece, which the array reads first)
+// with SplitLen set to split k's length (the last split of a huge value is
+// shorter). Its geometry says which shards cover the range and what each
+// must be, so that split k's own shard 0 is not read unless the range
+// covers it. have holds pieces already read.
+//
+// Each shard is a whole internal value with its own checksum, so a shard
+// read alone is verified. Its write must also be whole (whole): at least k
+// of its shards on their devices, which the headers of the shards not read
+// say (partial reads of their first bytes), so that a range read returns
+// the write a whole read would, never one that a store cut short left on
+// fewer than k devices. A covering shard that is missing, corrupt, stale
+// or of another write is never sliced from, nor a write that is not
+// whole: the split is then read as Retrieve reads it (every shard, the
+// newest write with k good ones decoded, bad shards rewritten) and the
+// range sliced from that. Only this split is reconstructed, never the
+// rest of the value.
+func (m *splitting) RetrieveRange(ctx context.Context, k mechanism.Key, hint *format.Header, have []mechanism.Piece, lo, hi int) ([]byte, format.Header, error) {
+	if g, ok := m.expected(k, hint); ok && 0 <= lo && lo <= hi && hi <= int(g.splitLen) {
+		if lo == hi {
+			return []byte{}, g.bare(), nil
+		}
+		first, last := lo/g.shardSize, (hi-1)/g.shardSize
+		if g.blocks {
+			if out, ok := m.readBlocks(ctx, k, &g, lo, hi); ok && m.whole(ctx, k, &g, first, last, have) {
+				return out, g.bare(), nil
+			}
+		}
+		pieces := m.readAt(ctx, k, g.version, first, last+1, have)
+		good := true
+		for j := range pieces {
+			s, index, ok := m.parse(&pieces[j].Value)
+			if !pieces[j].OK() || !ok || index != first+j || s != g ||
+				pieces[j].Bank != mechanism.Banked(index, g.version) {
+				good = false
+				break
+			}
+		}
+		if good && m.whole(ctx, k, &g, first, last, have) {
+			out := make([]byte, 0, hi-lo)
+			for j := range pieces {
+				base := (first + j) * g.shardSize
+				p := pieces[j].Value.Payload
+				out = append(out, p[max(lo-base, 0):min(hi-base, len(p))]...)
+			}
+			return out, pieces[0].Value.Header, nil
+		}
+		// Keep what was read: the split's reconstruction reuses it.
+		have = append(pieces, have...)
+	}
+	v, h, err := m.Retrieve(ctx, k, have)
+	if err != nil {
+		return nil, format.Header{}, err
+	}
+	if lo < 0 || lo > hi || hi > len(v) {
+		return nil, format.Header{}, fmt.Errorf("%s: range [%d, %d) of split %d of %q, which holds %d bytes: %w",
+			Name, lo, hi, k.Split, k.User, len(v), format.ErrCorrupt)
+	}
+	return v[lo:hi:hi], h, nil
+}
+
+// expected returns the shape that the shards of split k must have when
+// hint describes its write (see RetrieveRange), and false when hint is not
+// a Splitting header of ours or is not of k.Want's write.
+func (m *splitting) expected(k mechanism.Key, hint *format.Header) (shape, bool) {
+	kk, r, ok := m.geometry(hint)
+	if !ok || (k.Want != 0 && hint.Version != k.Want) {
+		return shape{}, false
+	}
+	c, err := m.codecFor(hint.EC, kk, r)
+	if err != nil {
+		return shape{}, false
+	}
+	// Every shard of one write has a block table or none.
+	return shape{version: hint.Version, objectLen: hint.ObjectLen, splits: hint.Splits, splitLen: hint.SplitLen,
+		ec: hint.EC, k: kk, r: r, shardSize: c.ShardSize(int(hint.SplitLen)), blocks: len(hint.Fields) > FieldsLen}, true
+}
+
+// whole reports whether the write g of split k, whose shards first..last
+// were read and verified, has at least g.k shards in place: those, the
+// good ones of g in have, and those whose header (the first bytes of the
+// piece, read alone) is one of g's at its offset. A header read alone is
+// not verified (the checksum covers the whole piece): a damaged one only
+// makes the count smaller, and the read then falls back to a whole read.
+func (m *splitting) whole(ctx context.Context, k mechanism.Key, g *shape, first, last int, have []mechanism.Piece) bool {
+	n := last - first + 1
+	known := make([]bool, g.width())
+	for j := range have {
+		p := &have[j]
+		off := m.env.Offset(k, p.Dev)
+		if off >= g.width() || off >= first && off <= last || known[off] || !p.OK() || p.Bank != mechanism.Banked(off, g.version) {
+			continue
+		}
+		if s, index, ok := m.parse(&p.Value); ok && index == off && s == *g {
+			known[off] = true
+			n++
+		}
+	}
+	if n >= g.k {
+		return true
+	}
+	var parts []mechanism.Part
+	for off := range g.width() {
+		if (off < first || off > last) && !known[off] {
+			parts = append(parts, mechanism.Part{Dev: m.env.At(k, off), Key: k.PieceKey(off, g.version),
+				Len: format.HeaderLen + FieldsLen})
+		}
+	}
+	m.env.ReadParts(ctx, parts)
+	for _, p := range parts {
+		if p.Err != nil {
+			continue
+		}
+		h, fl, err := format.PeekHeader(p.Result)
+		if err != nil || fl != g.fieldsLen() || len(h.Fields) != FieldsLen {
+			continue
+		}
+		off := m.env.Offset(k, p.Dev)
+		kk, r, ok := m.geometry(&h)
+		if ok && kk == g.k && r == g.r && int(h.Fields[2]) == off && int(binary.LittleEndian.Uint32(h.Fields[3:])) == g.shardSize &&
+			h.Version == g.version && h.EC == g.ec && h.Splits == g.splits && h.SplitLen == g.splitLen && h.ObjectLen == g.objectLen {
+			n++
+		}
+	}
+	return n >= g.k
+}
+
+// bare is the header of g's shards without RM fields: what a range read
+// that read no header returns.
+func (g *shape) bare() format.Header {
+	return format.Header{RM: format.RMSplitting, EC: g.ec, Splits: g.splits, SplitLen: g.splitLen,
+		ObjectLen: g.objectLen, Version: g.version}
+}
+
+// readBlocks reads bytes [lo, hi) of split k of write g by partial device
+// reads: of each covering shard, the blocks holding the range and their
+// entries of its block table, and verifies each block against its entry
+// (blockCRC: the write's version, the shard's index and the block's
+// number are in it). It reads no header: a block that verifies is of
+// write g, at its place. false: a read failed or a block did not verify.
+func (m *splitting) readBlocks(ctx context.Context, k mechanism.Key, g *shape, lo, hi int) ([]byte, bool) {
+	s := g.shardSize
+	first, last := lo/s, (hi-1)/s
+	type span struct{ index, b0, b1, lo, hi int } // blocks b0..b1 of shard index, bytes lo..hi of it wanted
+	var spans []span
+	var parts []mechanism.Part
+	for i := first; i <= last; i++ {
+		slo, shi := max(lo-i*s, 0), min(hi-i*s, s)
+		sp := span{index: i, b0: slo / BlockSize, b1: (shi - 1) / BlockSize, lo: slo, hi: shi}
+		spans = append(spans, sp)
+		dev, key := m.env.At(k, i), k.PieceKey(i, g.version)
+		parts = append(parts,
+			mechanism.Part{Dev: dev, Key: key, Off: format.HeaderLen + FieldsLen + 4*sp.b0, Len: 4 * (sp.b1 - sp.b0 + 1)},
+			mechanism.Part{Dev: dev, Key: key, Off: format.HeaderLen + g.fieldsLen() + sp.b0*BlockSize, Len: min((sp.b1+1)*BlockSize, s) - sp.b0*BlockSize})
+	}
+	m.env.ReadParts(ctx, parts)
+	out := make([]byte, 0, hi-lo)
+	for j, sp := range spans {
+		table, data := &parts[2*j], &parts[2*j+1]
+		if table.Err != nil || data.Err != nil || len(table.Result) != table.Len || len(data.Result) != data.Len {
+			return nil, false
+		}
+		for b := sp.b0; b <= sp.b1; b++ {
+			block := data.Result[(b-sp.b0)*BlockSize : min((b-sp.b0+1)*BlockSize, len(data.Result))]
+			if blockCRC(g.version, sp.index, b, block) != binary.LittleEndian.Uint32(table.Result[4*(b-sp.b0):]) {
+				return nil, false
+			}
+		}
+		base := sp.b0 * BlockSize
+		out = append(out, data.Result[sp.lo-base:sp.hi-base]...)
+	}
+	return out, true
+}
+
+// VerifiesHeader tells the array that a range read of a value whose split
+// 0 header is h (read alone, fieldsLen bytes of RM fields) verifies that
+// header itself: the shards carry block tables, whose checksums are seeded
+// with the write's version and each shard's place, and a range read
+// counts the write's shards (RetrieveRange) before it returns any byte.
+func (m *splitting) VerifiesHeader(h *format.Header, fieldsLen int) bool {
+	_, _, ok := m.geometry(&format.Header{RM: h.RM, Fields: h.Fields[:min(len(h.Fields), FieldsLen)]})
+	return ok && len(h.Fields) >= FieldsLen && fieldsLen > FieldsLen && h.Splits >= 1 && uint64(h.SplitLen) <= h.ObjectLen
 }

@@ -163,9 +163,17 @@ func TestLayout(t *testing.T) {
 					}
 					f := v.Fields
 					if v.RM != format.RMSplitting || v.EC != erasure.ReedSolomon || v.SplitLen != uint32(n) ||
-						v.Version != 42 || len(f) != FieldsLen || int(f[0]) != geo[0] || int(f[1]) != geo[1] ||
+						v.Version != 42 || len(f) != fieldsLen(size) || int(f[0]) != geo[0] || int(f[1]) != geo[1] ||
 						int(f[2]) != i || int(binary.LittleEndian.Uint32(f[3:])) != size || len(v.Payload) != size {
 						t.Fatalf("piece %d: header %+v, payload %d bytes", i, v.Header, len(v.Payload))
+					}
+					// The block table: each block's CRC, seeded with the
+					// version, the shard's index and the block's number.
+					for b := 0; b*BlockSize < size; b++ {
+						block := v.Payload[b*BlockSize : min((b+1)*BlockSize, size)]
+						if got := binary.LittleEndian.Uint32(f[FieldsLen+4*b:]); got != blockCRC(42, i, b, block) {
+							t.Fatalf("piece %d block %d: table says %08x", i, b, got)
+						}
 					}
 					shards = append(shards, v.Payload)
 				}
@@ -194,7 +202,7 @@ func TestRoundTrip(t *testing.T) {
 	if g.m.Width() != 6 || g.m.Tolerates() != 2 || g.m.Name() != Name || g.m.RM() != format.RMSplitting {
 		t.Fatalf("defaults: width %d, tolerates %d", g.m.Width(), g.m.Tolerates())
 	}
-	if want := 4 * (device.DefaultMaxValueLen - format.HeaderLen - FieldsLen); g.m.SplitCap() != want {
+	if want := 4 * maxShard(device.DefaultMaxValueLen); g.m.SplitCap() != want {
 		t.Fatalf("SplitCap %d, want %d", g.m.SplitCap(), want)
 	}
 	for _, n := range []int{0, 1, 4 << 10, 64 << 10, g.m.SplitCap()} {
@@ -219,7 +227,7 @@ func TestRoundTrip(t *testing.T) {
 func TestSplitCap(t *testing.T) {
 	g := newRig(t, 6, 4, 2, device.Limits{MaxValueLen: 4096})
 	c := g.m.SplitCap()
-	if want := 4 * (4096 - format.HeaderLen - FieldsLen); c != want {
+	if want := 4 * maxShard(4096); c != want {
 		t.Fatalf("SplitCap %d, want %d", c, want)
 	}
 	value := bytes.Repeat([]byte{0xa5}, c)
@@ -920,4 +928,17 @@ func TestOutOfPlace(t *testing.T) {
 			t.Fatalf("got %v, want a", err)
 		}
 	})
+}
+
+// maxShard is the largest shard that fits a device value of n bytes with
+// its header and block table.
+func maxShard(n int) int {
+	s := n - format.HeaderLen - FieldsLen
+	for s+4*((s+BlockSize-1)/BlockSize) > n-format.HeaderLen-FieldsLen {
+		s--
+	}
+	if s >= alignFrom*BlockSize {
+		s -= s % BlockSize
+	}
+	return s
 }

@@ -1,0 +1,365 @@
+package array
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/mechanism"
+)
+
+// Partial I/O: reading and writing part of a value (GETRANGE, STRLEN,
+// SETRANGE, APPEND).
+//
+// A range read locates the value's split 0 as every read does (one read
+// of its primary piece: its header says the mechanism, the split count and
+// the length), then reads only the splits the ranges cover, and within a
+// split only what its mechanism needs: a Splitting split reads only the
+// data shards covering the range (rangeRetriever), each a whole internal
+// value with its own header checksum, so a shard read alone is verified;
+// a bad or missing one makes that split alone be read and reconstructed as
+// a whole read would. Replication, Hashing and Packing pieces are the
+// whole split: they are read (verified, repaired) as Retrieve does, and
+// sliced.
+//
+// A range write is, in this first version, a read-modify-write of the
+// whole value under the key's lock, by Store's path: it is exactly as
+// crash safe as Store (the old value or the new one, whole), and moves the
+// whole value. Rewriting only the splits a range touches needs per-split
+// versions (today every split of a huge value carries split 0's version
+// and length, and its bank follows that version), see docs/partial-io.md.
+
+// Range is Len bytes of a value from byte Off; fewer where the value ends
+// before Off+Len, none when it ends before Off.
+type Range struct{ Off, Len int64 }
+
+// Edit writes Data at byte Off of a value.
+type Edit struct {
+	Off  int64
+	Data []byte
+}
+
+// ErrBadRange is a negative offset or length.
+var ErrBadRange = errors.New("bad range")
+
+// rangeRetriever is implemented by mechanisms that can read part of a
+// split without the rest (Splitting). hint describes split k's write: the
+// header of a piece of the value's split 0, with SplitLen set to split k's
+// length. The result is bytes [lo, hi) of the split, verified.
+type rangeRetriever interface {
+	RetrieveRange(ctx context.Context, k mechanism.Key, hint *format.Header, have []mechanism.Piece, lo, hi int) ([]byte, format.Header, error)
+}
+
+// Len returns the length of key's value. It reads no more than the
+// primary's piece of split 0 (its header has the length), and nothing
+// when the metadata cache knows the key.
+func (a *Array) Len(ctx context.Context, key []byte) (int64, error) {
+	if err := a.checkKey(key); err != nil {
+		return 0, fmt.Errorf("len %s: %w", shown(key), err)
+	}
+	var n int64
+	_, err := a.run(ctx, key, "len", func() ([]byte, error) {
+		if e, ok := a.meta.get(key); ok {
+			if e.m == nil {
+				return nil, ErrNotFound
+			}
+			n = int64(e.hdr.ObjectLen)
+			return nil, nil
+		}
+		l, err := a.locate(ctx, a.key(key, 0))
+		a.noted(key, l, err)
+		if err != nil {
+			return nil, err
+		}
+		n = int64(l.header().ObjectLen)
+		return nil, nil
+	})
+	return n, err
+}
+
+// RetrieveRange returns n bytes of key's value from byte off (fewer where
+// the value ends), reading only the splits, and of a Splitting split only
+// the shards, that cover them.
+func (a *Array) RetrieveRange(ctx context.Context, key []byte, off, n int64) ([]byte, error) {
+	out, _, err := a.RetrieveRanges(ctx, key, Range{off, n})
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// RetrieveRanges returns the bytes of each range of key's value, and the
+// value's length, from one read under the key's lock (so they are of one
+// value): a caller that keeps a header at the start of the value reads it
+// and the range it wants together.
+func (a *Array) RetrieveRanges(ctx context.Context, key []byte, rs ...Range) ([][]byte, int64, error) {
+	if err := a.checkKey(key); err != nil {
+		return nil, 0, fmt.Errorf("retrieve range %s: %w", shown(key), err)
+	}
+	var out [][]byte
+	var total int64
+	_, err := a.run(ctx, key, "retrieve range", func() ([]byte, error) {
+		var err error
+		out, total, err = a.retrieveRanges(ctx, key, rs)
+		return nil, err
+	})
+	return out, total, err
+}
+
+// part is the share of one range in one split: bytes [lo, hi) of the
+// split go to out[r][dst:].
+type part struct {
+	r      int
+	lo, hi int
+	dst    int64
+}
+
+// retrieveRanges runs under key's lock.
+func (a *Array) retrieveRanges(ctx context.Context, key []byte, rs []Range) ([][]byte, int64, error) {
+	for _, r := range rs {
+		if r.Off < 0 || r.Len < 0 {
+			return nil, 0, fmt.Errorf("range of %d bytes from %d: %w", r.Len, r.Off, ErrBadRange)
+		}
+	}
+	var want int64 // bytes asked for, at most peekMax+1
+	for _, r := range rs {
+		want = min(want+min(r.Len, peekMax+1), peekMax+1)
+	}
+	// A header read alone sizes the buffers before anything verifies it:
+	// only for small ranges.
+	if l := a.peekIf(ctx, key, want <= peekMax); l != nil {
+		// Any failure: the value is located as any read locates it.
+		if out, total, err := a.rangesOf(ctx, key, rs, l); err == nil {
+			return out, total, nil
+		}
+	}
+	l, err := a.locate(ctx, a.key(key, 0))
+	a.noted(key, l, err)
+	if err != nil {
+		return nil, 0, err
+	}
+	a.clock.Observe(l.header().Version)
+	return a.rangesOf(ctx, key, rs, l)
+}
+
+// headerVerifier is implemented by mechanisms whose range reads verify
+// the header of the value's split 0 themselves (Splitting with block
+// tables: every block read is checked against a checksum seeded with the
+// write's version and the shard's place, and the write must be whole), so
+// that the header may be read alone, unverified (a partial device read),
+// rather than with the whole primary piece.
+type headerVerifier interface {
+	VerifiesHeader(h *format.Header, fieldsLen int) bool
+}
+
+// peekMax is the most bytes a range read asks for that may read the
+// value's header alone (peekIf).
+const peekMax = 1 << 20
+
+// peekIf, when ok, reads the header of key's split 0 alone from its primary (its
+// first bytes: a partial device read) and returns it as located when its
+// mechanism verifies it in range reads (headerVerifier); nil otherwise,
+// and when the primary cannot answer. Nothing is learned from it (no
+// clock, no metadata cache): it is not verified yet. A key that the
+// metadata cache knows has no value, or a value of a mechanism that does
+// not verify headers, is not peeked at: locate reads it at once.
+func (a *Array) peekIf(ctx context.Context, key []byte, ok bool) *located {
+	if !ok {
+		return nil
+	}
+	if e, ok := a.meta.get(key); ok {
+		if _, hv := e.m.(headerVerifier); !hv {
+			return nil
+		}
+	}
+	k0 := a.key(key, 0)
+	parts := []mechanism.Part{{Dev: k0.Primary, Key: k0.Data(), Len: format.HeaderLen + 16}}
+	a.env.ReadParts(ctx, parts)
+	if parts[0].Err != nil {
+		return nil
+	}
+	h, fl, err := format.PeekHeader(parts[0].Result)
+	if err != nil {
+		return nil
+	}
+	m, ok := a.byRM[h.RM]
+	if hv, is := m.(headerVerifier); !ok || !is || !hv.VerifiesHeader(&h, fl) {
+		return nil
+	}
+	// The fields read, at their full length (the rest is the mechanism's
+	// to read if it needs it).
+	f := make([]byte, fl)
+	copy(f, h.Fields)
+	h.Fields = f
+	return &located{m: m, hdr: h}
+}
+
+// rangesOf reads the ranges of key's value, whose split 0 l located.
+func (a *Array) rangesOf(ctx context.Context, key []byte, rs []Range, l *located) ([][]byte, int64, error) {
+	h0 := *l.header()
+	total := int64(h0.ObjectLen)
+	n, size := int(h0.Splits), int64(h0.SplitLen)
+	if h0.ObjectLen > uint64(a.o.maxValue) || n <= 1 && uint64(size) != h0.ObjectLen ||
+		n > 1 && (uint64(n-1)*uint64(size) >= h0.ObjectLen || uint64(n)*uint64(size) < h0.ObjectLen) {
+		return nil, 0, fmt.Errorf("split 0 says %d splits of %d bytes for a %d-byte value: %w", n, size, h0.ObjectLen, format.ErrCorrupt)
+	}
+	if n <= 1 {
+		size = max(total, 1)
+	}
+	out := make([][]byte, len(rs))
+	bySplit := map[int][]part{}
+	for i, r := range rs {
+		lo := min(r.Off, total)
+		hi := lo + min(r.Len, total-lo)
+		out[i] = make([]byte, hi-lo)
+		for s := lo / size; s*size < hi; s++ {
+			base := s * size
+			bySplit[int(s)] = append(bySplit[int(s)], part{r: i, lo: int(max(lo, base) - base), hi: int(min(hi, base+size) - base), dst: max(lo, base) - lo})
+		}
+	}
+	splits := make([]int, 0, len(bySplit))
+	for s := range bySplit {
+		splits = append(splits, s)
+	}
+	slices.Sort(splits)
+	err := a.forSplits(ctx, len(splits), func(i int) error {
+		s := splits[i]
+		splitLen := min(size, total-int64(s)*size)
+		if n <= 1 {
+			splitLen = total
+		}
+		return a.readParts(ctx, key, s, l, &h0, int(splitLen), bySplit[s], out)
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, total, nil
+}
+
+// readParts reads the parts of split s of the value that l located (its
+// split 0, header h0), a split of splitLen bytes, into out.
+func (a *Array) readParts(ctx context.Context, key []byte, s int, l *located, h0 *format.Header, splitLen int, parts []part, out [][]byte) error {
+	k, m, have := a.key(key, 0), l.m, l.have
+	if s > 0 {
+		k = a.splitKey(key, s, h0.Version)
+		k.Want = h0.Version
+		have = nil
+	}
+	// check verifies that the header a split was read with is of this
+	// value: the mechanism verified the piece, not whose it is.
+	check := func(h *format.Header) error {
+		if h.Splits != h0.Splits || h.ObjectLen != h0.ObjectLen || (s > 0 && h.Version != h0.Version) {
+			return fmt.Errorf("split %d (of %d splits, %d bytes in all) does not match split 0 (%d splits, %d in all): %w",
+				s, h.Splits, h.ObjectLen, h0.Splits, h0.ObjectLen, format.ErrCorrupt)
+		}
+		return nil
+	}
+	if rr, ok := m.(rangeRetriever); ok {
+		hint := *h0
+		hint.SplitLen = uint32(splitLen)
+		for _, p := range parts {
+			b, h, err := rr.RetrieveRange(ctx, k, &hint, have, p.lo, p.hi)
+			if err != nil {
+				return err
+			}
+			if err := check(&h); err != nil {
+				return err
+			}
+			copy(out[p.r][p.dst:], b)
+		}
+		return nil
+	}
+	if s > 0 {
+		ls, err := a.locate(ctx, k)
+		if err != nil {
+			return err
+		}
+		if ls.m.RM() != h0.RM {
+			return fmt.Errorf("split %d written by %s, split 0 by mechanism id %d: %w", s, ls.m.Name(), h0.RM, format.ErrCorrupt)
+		}
+		m, have = ls.m, ls.have
+	}
+	v, h, err := m.Retrieve(ctx, k, have)
+	if err != nil {
+		return err
+	}
+	if err := check(&h); err != nil {
+		return err
+	}
+	if len(v) != splitLen {
+		return fmt.Errorf("split %d holds %d bytes, %d expected: %w", s, len(v), splitLen, format.ErrCorrupt)
+	}
+	for _, p := range parts {
+		copy(out[p.r][p.dst:], v[p.lo:p.hi])
+	}
+	return nil
+}
+
+// StoreRange writes data at byte off of key's value, which grows (zero
+// filled) to reach off+len(data) if it is shorter; a key that does not
+// exist is an empty value. It returns the value's new length. See
+// StoreRanges.
+func (a *Array) StoreRange(ctx context.Context, key []byte, off int64, data []byte, opts ...CallOption) (int64, error) {
+	return a.StoreRanges(ctx, key, []Edit{{off, data}}, opts...)
+}
+
+// StoreRanges applies the edits, in order, to key's value as one store
+// under the key's lock, and returns the value's new length. Edits of no
+// bytes change nothing: when every edit is empty nothing is written (and a
+// key that does not exist is not created). The value is read, edited and
+// stored whole (Store's path and crash safety: a failure or crash leaves
+// the old value or the new one, never a mix).
+func (a *Array) StoreRanges(ctx context.Context, key []byte, edits []Edit, opts ...CallOption) (int64, error) {
+	if err := a.checkKey(key); err != nil {
+		return 0, fmt.Errorf("store range %s: %w", shown(key), err)
+	}
+	c := callOf(opts)
+	var n int64
+	_, err := a.run(ctx, key, "store range", func() ([]byte, error) {
+		var err error
+		n, err = a.storeRanges(ctx, key, edits, c)
+		return nil, err
+	})
+	return n, err
+}
+
+// storeRanges runs under key's lock.
+func (a *Array) storeRanges(ctx context.Context, key []byte, edits []Edit, c call) (int64, error) {
+	var end int64
+	writes := false
+	for _, e := range edits {
+		if e.Off < 0 {
+			return 0, fmt.Errorf("edit at offset %d: %w", e.Off, ErrBadRange)
+		}
+		if len(e.Data) == 0 {
+			continue
+		}
+		if e.Off > a.o.maxValue-int64(len(e.Data)) {
+			return 0, fmt.Errorf("edit of %d bytes at offset %d, the largest value is %d bytes: %w", len(e.Data), e.Off, a.o.maxValue, ErrValueTooLarge)
+		}
+		end, writes = max(end, e.Off+int64(len(e.Data))), true
+	}
+	cur, err := a.retrieve(ctx, key)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		cur = nil
+	case err != nil:
+		return 0, err
+	}
+	if !writes {
+		return int64(len(cur)), nil
+	}
+	// A copy: what Retrieve returned may be a device's buffer.
+	v := make([]byte, max(end, int64(len(cur))))
+	copy(v, cur)
+	for _, e := range edits {
+		copy(v[e.Off:], e.Data)
+	}
+	m, err := a.prepareStore(key, v, c)
+	if err != nil {
+		return 0, err
+	}
+	return int64(len(v)), a.store(ctx, key, v, m, c)
+}

@@ -1,0 +1,113 @@
+package keyspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/kvarray/kvarray/array"
+)
+
+// Partial reads and writes of Redis values (GETRANGE, STRLEN, SETRANGE,
+// APPEND) through the array's range API: the keyspace header and the
+// range are read together, the header alone gives the length, and a write
+// edits the value where it is (array.StoreRanges) rather than being
+// handed the whole new value. Offsets here are the Redis value's; the
+// array's are shifted by the header (1 byte, or 9 with an expiry).
+
+// ErrNoValue is a range write to a key that has no live value (absent,
+// expired, or not in the keyspace's format): the caller writes a whole
+// new value instead (a range write keeps the value's expiry and header).
+var ErrNoValue = errors.New("keyspace: no value to edit in place")
+
+// LoadRange returns n bytes of key's Redis value from byte off (fewer
+// where it ends), the value's length and its header (V nil), reading only
+// the keyspace header and the range. An expired value is
+// array.ErrNotFound (wrapped).
+func (s *Store) LoadRange(ctx context.Context, db int, key []byte, off, n int64) ([]byte, int64, Value, error) {
+	if off < 0 || n < 0 {
+		return nil, 0, Value{}, fmt.Errorf("key %q in db %d: range of %d bytes at %d: %w", key, db, n, off, array.ErrBadRange)
+	}
+	// The Redis value starts at byte 1 or 9 of the array value: the range
+	// is read as if at 1 and 8 bytes longer, and what the header says is
+	// taken from it.
+	rs := []array.Range{{Len: headLen}}
+	if n > 0 {
+		rs = append(rs, array.Range{Off: 1 + min(off, math.MaxInt64-9), Len: min(n, math.MaxInt64-headLen) + headLen - 1})
+	}
+	got, total, err := s.A.RetrieveRanges(ctx, s.Key(db, key), rs...)
+	if err != nil {
+		return nil, 0, Value{}, fmt.Errorf("key %q in db %d: %w", key, db, err)
+	}
+	head, hl, err := DecodeHead(got[0])
+	if err != nil {
+		return nil, 0, Value{}, fmt.Errorf("key %q in db %d: %w", key, db, err)
+	}
+	if Expired(head.At, NowMs()) {
+		return nil, 0, Value{}, fmt.Errorf("key %q in db %d expired: %w", key, db, array.ErrNotFound)
+	}
+	var part []byte
+	if n > 0 {
+		part = got[1][min(hl-1, len(got[1])):]
+		part = part[:min(int64(len(part)), n)]
+	}
+	return part, total - int64(hl), head, nil
+}
+
+// Len is the length of key's Redis value, from its header: the value is
+// not read.
+func (s *Store) Len(ctx context.Context, db int, key []byte) (int64, error) {
+	_, n, _, err := s.LoadRange(ctx, db, key, 0, 0)
+	return n, err
+}
+
+// SetRange writes data at byte off of key's live Redis value (growing it,
+// zero filled, if it is shorter), marks the value raw (Value.Raw) and
+// keeps its expiry, and returns its new length. A key with no live value
+// is ErrNoValue, a value that would grow past limit bytes
+// array.ErrValueTooLarge, both with nothing written. The caller holds the
+// key's lock (as for every read-modify-write).
+func (s *Store) SetRange(ctx context.Context, db int, key []byte, off int64, data []byte, limit int64) (int64, error) {
+	return s.edit(ctx, db, key, func(int64) int64 { return off }, data, limit)
+}
+
+// Append is SetRange at the end of the value.
+func (s *Store) Append(ctx context.Context, db int, key []byte, data []byte, limit int64) (int64, error) {
+	return s.edit(ctx, db, key, func(n int64) int64 { return n }, data, limit)
+}
+
+// edit writes data at offset at(length) of key's live value.
+func (s *Store) edit(ctx context.Context, db int, key []byte, at func(length int64) int64, data []byte, limit int64) (int64, error) {
+	p := s.Phys(db)
+	var n int64
+	_, err := s.write(ctx, p, key, func(old state) (state, error) {
+		switch {
+		case old.unknown:
+			return old, old.err
+		case !old.exists, old.foreign, Expired(old.at, NowMs()):
+			return old, ErrNoValue
+		}
+		off := at(old.length)
+		if off < 0 || len(data) > 0 && off > limit-int64(len(data)) {
+			return old, fmt.Errorf("%d bytes at offset %d, the largest value is %d bytes: %w", len(data), off, limit, array.ErrValueTooLarge)
+		}
+		edits := []array.Edit{{Off: int64(old.head) + off, Data: data}}
+		if !old.raw && len(data) > 0 {
+			tag := byte(tagRaw)
+			if old.at != 0 {
+				tag |= tagExpiry
+			}
+			edits = append(edits, array.Edit{Data: []byte{tag}})
+		}
+		total, err := s.A.StoreRanges(ctx, RawKey(p, key), edits)
+		n = total - int64(old.head)
+		now := old
+		now.raw, now.length = true, n
+		return now, err
+	}, false, true)
+	if err != nil {
+		return 0, fmt.Errorf("key %q in db %d: %w", key, db, err)
+	}
+	return n, nil
+}
