@@ -41,12 +41,13 @@
 //     overwrite cut short (a crash, devices failing under it) therefore
 //     leaves the old value's shards 1.. whole, w-1 ≥ k of them: the old
 //     value or the new one reads back, never neither. The primary's
-//     shard, the commit point, is written after the others when the store
-//     is not given the value it replaces (a new key: absence must stay
-//     readable; another mechanism's value: only the primary's piece says
-//     where it is), and when r or more devices of the span are already
-//     down (the old value then keeps only k-1 shards past the primary).
-//     A shard counts only under the key its version selects.
+//     shard, the commit point, is written after the others, and only once
+//     they reached their quorum: a store that fails leaves the primary
+//     naming the old value (or absence, or another mechanism's piece), so
+//     the next store's version picks the bank the old value is not in.
+//     Written with the others, a failed store's shard 0 would name its own
+//     bank, and a second failed store would then overwrite the old value's
+//     shards. A shard counts only under the key its version selects.
 //   - A good shard 0 on the primary names the version to read: only its
 //     bank is read. Without one, both banks are read and the newest write
 //     with k shards wins, as for any lost piece.
@@ -328,7 +329,7 @@ func (m *splitting) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 	if err != nil {
 		return fmt.Errorf("%s: store split %d of %q: %w", Name, k.Split, k.User, err)
 	}
-	err = m.write(ctx, k, obj.Version, vals, prev == nil)
+	err = m.write(ctx, k, obj.Version, vals)
 	// Devices do not retain values once a store returns (device
 	// contract), so the pieces' memory is free again.
 	putBuf(buf)
@@ -356,36 +357,25 @@ func (m *splitting) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 // write stores the pieces of a write of version v, piece i on the device
 // at offset i under k.PieceKey(i, v). Up to r may miss their devices
 // (recorded for resync); the others still rebuild the split. The primary's
-// piece goes last when primaryLast or when r or more devices of the span
-// are down (see the package invariants); otherwise all go at once.
-//
-// primaryLast is for a store that is not given the value it replaces: a
-// new key, or another mechanism's value. Until the new value is whole,
-// the primary's piece must keep saying what was there, absence or the old
-// mechanism, whose pieces past the primary the store leaves alone.
-func (m *splitting) write(ctx context.Context, k mechanism.Key, v uint64, vals [][]byte, primaryLast bool) error {
+// piece goes last, once the others reached their quorum (see the package
+// invariants).
+func (m *splitting) write(ctx context.Context, k mechanism.Key, v uint64, vals [][]byte) error {
 	w := len(vals)
 	devs := m.env.Span(k, 0, w)
 	if err := m.env.Reachable(devs, m.r); err != nil {
 		return err
 	}
 	ops := make([]mechanism.Op, w)
-	down := 0
 	for i, d := range devs {
 		ops[i] = mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpStore, Key: k.PieceKey(i, v), Value: vals[i]}}
-		if m.env.State(d) != mechanism.Healthy {
-			down++
-		}
 	}
-	if (primaryLast || down >= m.r) && w > 1 {
+	if w > 1 {
 		m.env.Do(ctx, ops[1:])
 		if err := mechanism.Quorum(ops[1:], m.r); err != nil {
 			return err
 		}
-		m.env.Do(ctx, ops[:1])
-	} else {
-		m.env.Do(ctx, ops)
 	}
+	m.env.Do(ctx, ops[:1])
 	if err := mechanism.Quorum(ops, m.r); err != nil {
 		return err
 	}
