@@ -35,6 +35,11 @@ func TestFailEachOperationInTurn(t *testing.T) {
 		}
 		ops = append(ops, op{key: key, value: randBytes(rng, []int{100, 4 << 10, 16 << 10, 64 << 10}[rng.IntN(4)])})
 	}
+	// A packed value overwritten at its size: a logged update, whatever
+	// the random part did.
+	for range 3 {
+		ops = append(ops, op{key: "packed", value: randBytes(rng, 16<<10)})
+	}
 	const dev = 3
 	run := func(inner faultdev.Injector) (*rig, outcomes) {
 		// The injector counts operations from the end of Create on.
@@ -80,7 +85,7 @@ func TestFailEachOperationInTurn(t *testing.T) {
 		t.Fatal("the workload never touched the device")
 	}
 	if segments(rc) == 0 {
-		t.Fatal("the workload never logged a packing update or delete (the delta log is untested)")
+		t.Fatal("the workload never logged a packing update (the delta log is untested)")
 	}
 	for i := int64(0); i < total; i++ {
 		r, allowed := run(faultdev.OnIndex(i, nil))
