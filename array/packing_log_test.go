@@ -1,7 +1,6 @@
 package array
 
 import (
-	"slices"
 	"testing"
 	"time"
 
@@ -162,25 +161,10 @@ func TestPackingLoggedUpdates(t *testing.T) {
 			t.Errorf("set %x keeps %d of the %d members it was formed with after scrub --repair", set, n, formed[set])
 		}
 	}
-	// No set lists a deleted key.
-	for d, dev := range r.mems {
-		var pk [][]byte
-		_ = dev.Iterate(ctx, []byte("\x00kvarray-set"), func(k []byte) error {
-			pk = append(pk, slices.Clone(k))
-			return nil
-		})
-		for _, k := range pk {
-			b, err := dev.Retrieve(ctx, k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			members, _, err := packing.Describe(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(members) == 0 {
-				t.Fatalf("device %d keeps an empty set %q", d, k)
-			}
+	// No set is left empty.
+	eachParity(t, r, func(d int, k []byte, members, _ []int) {
+		if len(members) == 0 {
+			t.Fatalf("device %d keeps an empty set %q", d, k)
 		}
-	}
+	})
 }

@@ -142,11 +142,10 @@ func TestPackingSetsSurviveUpdatesAndDeletes(t *testing.T) {
 	}
 }
 
-// checkSetsDistinctDevices reads every parity and checks that its set's
-// members are on distinct devices that hold none of its parities.
-func checkSetsDistinctDevices(t *testing.T, r *rig) {
+// eachParity calls fn with the members' and parities' devices of every
+// packing parity on the rig's devices.
+func eachParity(t *testing.T, r *rig, fn func(dev int, key []byte, members, parity []int)) {
 	t.Helper()
-	sets := 0
 	for d, m := range r.mems {
 		var keys [][]byte
 		_ = m.Iterate(ctx, []byte("\x00kvarray-set"), func(k []byte) error {
@@ -162,19 +161,29 @@ func checkSetsDistinctDevices(t *testing.T, r *rig) {
 			if err != nil {
 				t.Fatalf("parity %q on device %d: %v", k, d, err)
 			}
-			seen := map[int]bool{}
-			for _, p := range parity {
-				seen[p] = true
-			}
-			for _, md := range members {
-				if seen[md] {
-					t.Fatalf("set %q has two pieces on device %d", k, md)
-				}
-				seen[md] = true
-			}
-			sets++
+			fn(d, k, members, parity)
 		}
 	}
+}
+
+// checkSetsDistinctDevices reads every parity and checks that its set's
+// members are on distinct devices that hold none of its parities.
+func checkSetsDistinctDevices(t *testing.T, r *rig) {
+	t.Helper()
+	sets := 0
+	eachParity(t, r, func(_ int, k []byte, members, parity []int) {
+		seen := map[int]bool{}
+		for _, p := range parity {
+			seen[p] = true
+		}
+		for _, md := range members {
+			if seen[md] {
+				t.Fatalf("set %q has two pieces on device %d", k, md)
+			}
+			seen[md] = true
+		}
+		sets++
+	})
 	if sets == 0 {
 		t.Fatal("no packing set found")
 	}
