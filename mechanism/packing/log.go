@@ -683,6 +683,16 @@ func (m *Mechanism) Replay(ctx context.Context, set uint64) error {
 	if err := mechanism.Quorum(ops, 0); err != nil {
 		return fmt.Errorf("packing: replay set %x: %w", set, err)
 	}
+	// A parity the fold cannot reach keeps an older membership: once the
+	// entries are gone it would read as a good parity of an older version
+	// (a deleted member listed again), so it is recorded stale first.
+	for j := range pars {
+		if !pars[j].ok {
+			if err := m.env.MarkStale(ctx, pars[j].Dev, setKey(set)); err != nil {
+				return fmt.Errorf("packing: replay set %x: %w", set, err)
+			}
+		}
+	}
 	m.fold(ctx, set, v)
 	return nil
 }
