@@ -296,7 +296,23 @@ func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (Rebuild
 	rctx := mechanism.WithRestoring(ctx, i)
 	rep, err := a.heal(rctx, i, source, a.rebuildEstimate(ctx, i)-skipped, func(at []byte, count int64) { a.saveCheckpoint(ctx, i, at, skipped+count) }, opts)
 	rep.Skipped = skipped
-	return rep, err
+	if err != nil {
+		return rep, err
+	}
+	// Misses recorded while the rebuild ran, after it listed the device's
+	// records (a write or a replay that found i's piece not yet restored),
+	// are caught up now, as Resync would: the device is not left behind.
+	if keys := a.env.Missed(i); len(keys) > 0 {
+		work := make([]healItem, 0, len(keys))
+		for _, k := range keys {
+			work = append(work, healItem{internal: k, onlyFor: -1})
+		}
+		more, err := a.heal(ctx, i, healSlice(work), int64(len(work)), nil, opts)
+		rep.Keys, rep.Bytes, rep.Repaired, rep.Failed = rep.Keys+more.Keys, rep.Bytes+more.Bytes, rep.Repaired+more.Repaired, rep.Failed+more.Failed
+		rep.Errors, rep.Elapsed = append(rep.Errors, more.Errors...), rep.Elapsed+more.Elapsed
+		return rep, err
+	}
+	return rep, nil
 }
 
 // rebuildEstimate is how many keys a rebuild of device i will repair, for
