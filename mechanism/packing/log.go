@@ -789,7 +789,15 @@ func (m *Mechanism) logChange(ctx context.Context, k mechanism.Key, e *logEntry,
 	errs := m.appendEntry(ctx, up, e)
 	wg.Wait()
 	if err := mechanism.Quorum(ops, 0); err != nil {
-		return fail(err)
+		// The member's device failing under its write (a hang past its
+		// time limit) is a degraded write, as for any mechanism: the
+		// entry carries the new bytes into the parities and the miss is
+		// recorded (Acknowledge), so the member reads as stale and is
+		// rebuilt from its set, provided the set, counting the member,
+		// keeps no more than r pieces bad.
+		if !errors.Is(err, device.ErrDeviceFailed) || m.patchable(&parityFields{geometry: e.g, members: roster}, -1) != nil {
+			return fail(err)
+		}
 	}
 	if err := mechanism.Quorum(errOps(up, errs), len(up)-1); err != nil {
 		if mechanism.Quorum(errOps(up, errs), len(up)) == nil {

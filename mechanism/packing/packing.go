@@ -106,7 +106,7 @@ func New(k, r int, wait time.Duration, opts ...Option) mechanism.Factory {
 			return nil, fmt.Errorf("packing: %w", err)
 		}
 		m := &Mechanism{env: env, k: k, r: r, wait: wait, codec: codec, idle: logIdle,
-			sets: keylock.New(), pending: make([][]*entry, env.N()), log: newDeltaLog(env.N())}
+			sets: keylock.New(), pending: make([][]*entry, env.N()), log: newDeltaLog(env.N()), ids: env.Clock()}
 		for _, o := range opts {
 			o(m)
 		}
@@ -123,7 +123,7 @@ type Mechanism struct {
 	k, r  int
 	wait  time.Duration
 	codec erasure.Codec
-	ids   hlc.Clock // set ids and parity versions
+	ids   *hlc.Clock // set ids and parity versions: the array's clock (Env.Clock)
 	sets  *keylock.Table
 
 	mu      sync.Mutex
