@@ -2,6 +2,7 @@ package array
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -294,4 +295,54 @@ func packedUpdateWithPrimaryDown(t *testing.T, known bool) {
 		t.Fatal(err)
 	}
 	everyPairReads(t, r, live, "after the primary's resync")
+}
+
+// TestResyncWaitsForASetItCannotRead: a device B missed the parity write
+// of a new set (it failed under it), and the set's other parity device A
+// is down when B is resynced. B's record must not be cleared as if the
+// set were gone: nothing readable says so. Invariant: once B reads as
+// caught up, the value survives any two other devices failing (here A
+// and the value's primary).
+func TestResyncWaitsForASetItCannotRead(t *testing.T) {
+	const key = "k"
+	for b := range 6 {
+		r := packingRig(t, 5*time.Millisecond)
+		if b == r.a.primary([]byte(key), 0) {
+			continue
+		}
+		r.mems[b].Fail() // not known to the array until a write fails
+		val := randBytes(newRand(t), 3000)
+		r.mustStore(key, val)
+		var pars []int
+		eachParity(t, r, func(_ int, _ []byte, _, parity []int) { pars = parity })
+		if !slices.Contains(pars, b) {
+			continue // B was not one of the set's parity devices
+		}
+		a := pars[0]
+		if a == b {
+			a = pars[1]
+		}
+		r.mems[a].Fail()
+		r.mems[b].Recover()
+		_, err := r.a.Resync(ctx, b)
+		t.Logf("parities on %v; device %d down; resync of %d: %v (%d keys behind)", pars, a, b, err, r.a.env.MissedCount(b))
+		if r.a.env.MissedCount(b) > 0 {
+			// Still behind, as it should be until the set can be read:
+			// bring A back, and catch both up.
+			r.mems[a].Recover()
+			for _, d := range []int{a, b} {
+				if _, err := r.a.Resync(ctx, d); err != nil {
+					t.Fatalf("resync %d: %v", d, err)
+				}
+			}
+			r.mems[a].Fail()
+		}
+		p := r.a.primary([]byte(key), 0)
+		r.mems[p].Fail()
+		if got, err := r.a.Retrieve(ctx, []byte(key)); err != nil || string(got) != string(val) {
+			t.Fatalf("devices %d and %d down, %d caught up: %v (%d bytes, want %d)", a, p, b, err, len(got), len(val))
+		}
+		return
+	}
+	t.Fatal("no device failed under the set's parity write: the test set nothing up")
 }

@@ -42,9 +42,10 @@ package packing
 //     device's segments are loaded before any of its parities is used
 //     after an open, and a parity on a device whose segments could not be
 //     read is treated as unreadable.
-//   - Entries can also record a leave (a delta to virtual zeros); deletes
-//     do not log them yet (see detachFrom), but a leave whose member is
-//     gone already applies nothing.
+//   - An entry may record a leave (a delete, or a move to another set: a
+//     delta to virtual zeros, the member dropped from the membership). A
+//     leave whose member is gone already (retired by a repair) applies
+//     nothing.
 //   - Replay (rewriting parities with their entries applied) runs when the
 //     log holds more than logHigh bytes, after logIdle without a change,
 //     and on every repair of the set (scrub, rebuild, resync).
