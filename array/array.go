@@ -544,35 +544,28 @@ func (a *Array) Mechanism(n int) string {
 // startBackground starts the clock lease's renewal and the automatic
 // resync, when configured.
 func (a *Array) startBackground() {
-	a.bg.Add(1)
-	go func() {
-		defer a.bg.Done()
-		t := time.NewTicker(leaseSpan / 8)
-		defer t.Stop()
-		for {
-			select {
-			case <-a.stop:
-				return
-			case <-t.C:
-				a.renewLease(context.Background())
-			}
-		}
-	}()
-	if a.o.autoResync <= 0 {
-		return
+	a.every(leaseSpan/8, func() { a.renewLease(context.Background()) })
+	if a.o.autoResync > 0 {
+		a.every(a.o.autoResync, func() {
+			a.resyncReturned()
+			a.compact()
+		})
 	}
+}
+
+// every runs fn every interval until the array stops.
+func (a *Array) every(interval time.Duration, fn func()) {
 	a.bg.Add(1)
 	go func() {
 		defer a.bg.Done()
-		t := time.NewTicker(a.o.autoResync)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
 			case <-a.stop:
 				return
 			case <-t.C:
-				a.resyncReturned()
-				a.compact()
+				fn()
 			}
 		}
 	}()
