@@ -70,15 +70,23 @@ func (a *Array) sortedScan(ctx context.Context, d int, prefix, start []byte, val
 			return
 		}
 		stopped := errors.New("stopped")
-		err = device.Scan(ctx, dev, prefix, start, values, func(k, v []byte) error {
-			if !keep(k) {
-				return nil
-			}
+		each := func(k, v []byte) error {
 			if !yield(scanEntry{Key: slices.Clone(k), Val: scanned{dev: d, value: slices.Clone(v)}}) {
 				return stopped
 			}
 			return nil
-		})
+		}
+		if values {
+			// The values of the keys keep rejects are not read.
+			err = device.ScanFiltered(ctx, dev, prefix, start, keep, each)
+		} else {
+			err = device.Scan(ctx, dev, prefix, start, false, func(k, v []byte) error {
+				if !keep(k) {
+					return nil
+				}
+				return each(k, v)
+			})
+		}
 		if err != nil && !errors.Is(err, stopped) {
 			*errp = fmt.Errorf("device %d (%s): %w", d, a.env.Name(d), err)
 		}

@@ -359,7 +359,7 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 			continue
 		}
 		scanned = append(scanned, d)
-		srcs = append(srcs, a.sortedScan(ctx, d, nil, start, true, near, &errs[d]))
+		srcs = append(srcs, readAhead(a.sortedScan(ctx, d, nil, start, true, near, &errs[d])))
 	}
 	// absent completes the pieces of a key the scan read with the devices
 	// it scanned that hold none, under either key: as current as the
@@ -484,11 +484,28 @@ func (a *Array) checkpoint(ctx context.Context, i int) ([]byte, int64) {
 	return v.Payload[8:], int64(binary.BigEndian.Uint64(v.Payload))
 }
 
+// saveCheckpoint records that the rebuild of device i restored count keys,
+// up to at. The pieces it restored are synced first (they may have been
+// written deferred, see mechanism.WithRestoring): the checkpoint never
+// passes a piece a crash could lose.
 func (a *Array) saveCheckpoint(ctx context.Context, i int, at []byte, count int64) {
+	ctx = context.WithoutCancel(ctx)
+	if syncDevice(ctx, a.env.Device(i)) != nil {
+		return
+	}
 	p := binary.BigEndian.AppendUint64(nil, uint64(count))
 	p = append(p, at...)
 	h := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(p)), ObjectLen: uint64(len(p))}
-	_ = a.env.Device(i).Store(context.WithoutCancel(ctx), checkpointKey, format.Encode(&h, p))
+	_ = a.env.Device(i).Store(ctx, checkpointKey, format.Encode(&h, p))
+}
+
+// syncDevice makes the deferred writes of d durable (device.Deferred);
+// the writes of other devices always are.
+func syncDevice(ctx context.Context, d device.Device) error {
+	if dd, ok := d.(device.Deferred); ok {
+		return dd.Sync(ctx)
+	}
+	return nil
 }
 
 // heal repairs the items source emits, workers at once, reporting
@@ -628,6 +645,10 @@ func (a *Array) heal(ctx context.Context, dev int, source func(emit func(healIte
 		return rep, fmt.Errorf("heal device %d (%s): %d of %d keys could not be repaired (first: %s)", dev, rep.Name, rep.Failed, seq, errs[0])
 	}
 	if a.env.State(dev) == mechanism.Rebuilding {
+		// What it restored deferred is durable before it counts as whole.
+		if err := syncDevice(ctx, a.env.Device(dev)); err != nil {
+			return rep, fmt.Errorf("heal device %d (%s): sync what it restored: %w", dev, rep.Name, err)
+		}
 		a.env.SetState(dev, mechanism.Healthy)
 		a.hdrMu.Lock()
 		h := a.hdr
@@ -823,4 +844,59 @@ func (a *Array) scanCurrent(k mechanism.Key, it healItem) bool {
 		}
 	}
 	return true
+}
+
+// Read-ahead of a rebuild's scans: each neighbour's scan runs on its own
+// goroutine, up to readAheadChunks chunks of readAheadChunk entries ahead
+// of the merge, so that the neighbours' reads (a value read each, on
+// Pebble) proceed together rather than one after the other on the
+// merge's goroutine. It holds at most (readAheadChunks+2) ×
+// readAheadChunk entries per neighbour: a few MiB of 4 KiB pieces.
+const (
+	readAheadChunk  = 64
+	readAheadChunks = 4
+)
+
+// readAhead yields what seq yields, running seq on its own goroutine ahead
+// of the consumer. Whatever seq writes before it returns (its error) is
+// visible once the iteration ends, early or not: the goroutine has ended.
+func readAhead[T any](seq iter.Seq[T]) iter.Seq[T] {
+	return func(yield func(T) bool) {
+		chunks := make(chan []T, readAheadChunks)
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			defer close(chunks)
+			chunk := make([]T, 0, readAheadChunk)
+			send := func() bool {
+				select {
+				case chunks <- chunk:
+					chunk = make([]T, 0, readAheadChunk)
+					return true
+				case <-stop:
+					return false
+				}
+			}
+			for v := range seq {
+				if chunk = append(chunk, v); len(chunk) == readAheadChunk && !send() {
+					return
+				}
+			}
+			if len(chunk) > 0 {
+				send()
+			}
+		}()
+		defer func() {
+			close(stop)
+			<-done
+		}()
+		for chunk := range chunks {
+			for _, v := range chunk {
+				if !yield(v) {
+					return
+				}
+			}
+		}
+	}
 }

@@ -212,3 +212,17 @@ func (l Limits) CheckValue(value []byte) error {
 	}
 	return nil
 }
+
+// Deferred is an optional interface of devices whose writes can be made
+// durable in bulk: a writer that can redo its writes after a crash (a
+// rebuild, which resumes from its checkpoint) applies many batches
+// without waiting for each to reach the disk, then syncs once.
+type Deferred interface {
+	// BatchDeferred is Batch, except that its writes, applied (visible
+	// to reads) when it returns, may be lost in a crash until a later
+	// Sync returns. Writes are durable in the order they were applied:
+	// a crash never keeps a later write and loses an earlier one.
+	BatchDeferred(ctx context.Context, ops []Op) error
+	// Sync makes every write applied before it durable.
+	Sync(ctx context.Context) error
+}

@@ -46,3 +46,29 @@ func Scan(ctx context.Context, d Device, prefix, start []byte, values bool, fn f
 		return fn(k, v)
 	})
 }
+
+// FilterScanner is an optional interface of Scanners that can skip the
+// values of keys a caller does not need: on devices that keep values
+// apart from keys (Pebble's blob files), a value costs a read of its own,
+// and a rebuild needs the values of only some of a neighbour's keys.
+type FilterScanner interface {
+	// ScanFiltered is Scan with values, except that the value of a key
+	// want rejects is not read and fn is not called for it. want sees
+	// each key once, in order, and must not keep it.
+	ScanFiltered(ctx context.Context, prefix, start []byte, want func(key []byte) bool, fn func(key, value []byte) error) error
+}
+
+// ScanFiltered is d's ScanFiltered when it implements FilterScanner, and
+// otherwise Scan with values, rejected keys dropped after their values
+// were read (the same keys and values, at the cost of the reads).
+func ScanFiltered(ctx context.Context, d Device, prefix, start []byte, want func(key []byte) bool, fn func(key, value []byte) error) error {
+	if s, ok := d.(FilterScanner); ok {
+		return s.ScanFiltered(ctx, prefix, start, want, fn)
+	}
+	return Scan(ctx, d, prefix, start, true, func(k, v []byte) error {
+		if !want(k) {
+			return nil
+		}
+		return fn(k, v)
+	})
+}

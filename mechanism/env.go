@@ -310,7 +310,7 @@ func (e *Env) batch(ctx context.Context, dev int, d device.Device, b []device.Op
 		return ErrMarkedFailed
 	}
 	if r := restoringFrom(ctx); r != nil && r.dev == dev {
-		return r.comb.do(ctx, d, b)
+		return r.comb.do(ctx, d, b, e.clearsRecord(dev, b))
 	}
 	return d.Batch(ctx, b)
 }

@@ -148,3 +148,20 @@ func (d *Device) commitLoop() {
 		}
 	}
 }
+
+// commitDeferred commits b unsynced under the watchdog, and releases it:
+// BatchDeferred's commit, which waits for no fsync and so joins no group.
+func (d *Device) commitDeferred(ctx context.Context, b *pdb.Batch) error {
+	if err := d.refusal(true); err != nil {
+		b.Close()
+		return err
+	}
+	err := d.call(ctx, true, func() error {
+		defer b.Close()
+		return b.Commit(pdb.NoSync)
+	})
+	if err != nil {
+		return classify(err)
+	}
+	return nil
+}

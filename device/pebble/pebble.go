@@ -724,6 +724,38 @@ type read struct {
 // turned into errors if the commit fails, so that nothing undurable is
 // reported.
 func (d *Device) Batch(ctx context.Context, ops []device.Op) error {
+	return d.batch(ctx, ops, true)
+}
+
+var _ device.Deferred = (*Device)(nil)
+
+// BatchDeferred implements device.Deferred: Batch with its writes
+// committed unsynced, on their own rather than through the group commit
+// (whose callers each wait for an fsync). Pebble writes its WAL in commit
+// order and each sync covers everything written before it, so any later
+// synced write (Sync, or another caller's synced commit) makes these
+// durable too, and a crash loses a suffix of them, never a write before
+// one it kept.
+func (d *Device) BatchDeferred(ctx context.Context, ops []device.Op) error {
+	return d.batch(ctx, ops, false)
+}
+
+// Sync implements device.Deferred: an empty synced WAL record.
+func (d *Device) Sync(ctx context.Context) error {
+	if err := d.enter(ctx); err != nil {
+		return d.errorf("sync: %w", err)
+	}
+	defer d.exit()
+	err := d.call(ctx, true, func() error { return d.db.LogData(nil, pdb.Sync) })
+	if err != nil {
+		return d.errorf("sync: %w", classify(err))
+	}
+	return nil
+}
+
+// batch is Batch, its writes committed synced through the group commit,
+// or unsynced (BatchDeferred).
+func (d *Device) batch(ctx context.Context, ops []device.Op, sync bool) error {
 	opErr := func(i int, err error) error {
 		return d.errorf("batch op %d (%v %q): %w", i, ops[i].Kind, ops[i].Key, err)
 	}
@@ -814,7 +846,11 @@ func (d *Device) Batch(ctx context.Context, ops []device.Op) error {
 	if b == nil {
 		return nil
 	}
-	if err := d.commit(ctx, b); err != nil {
+	commit := d.commit
+	if !sync {
+		commit = d.commitDeferred
+	}
+	if err := commit(ctx, b); err != nil {
 		for _, i := range dependent {
 			op := &ops[i]
 			op.Result, op.Found = nil, false

@@ -10,11 +10,26 @@ import (
 	"github.com/kvarray/kvarray/device"
 )
 
-var _ device.Scanner = (*Device)(nil)
+var (
+	_ device.Scanner       = (*Device)(nil)
+	_ device.FilterScanner = (*Device)(nil)
+)
 
 // Scan implements device.Scanner with one Pebble iterator seeked to start:
 // a listing that resumes costs a seek, not a walk from the prefix.
 func (d *Device) Scan(ctx context.Context, prefix, start []byte, values bool, fn func(key, value []byte) error) error {
+	return d.scan(ctx, prefix, start, values, nil, fn)
+}
+
+// ScanFiltered implements device.FilterScanner: a value rejected by want
+// is never fetched (a separated value stays unread in its blob file).
+func (d *Device) ScanFiltered(ctx context.Context, prefix, start []byte, want func(key []byte) bool, fn func(key, value []byte) error) error {
+	return d.scan(ctx, prefix, start, true, want, fn)
+}
+
+// scan is Scan, skipping the keys want (when not nil) rejects before their
+// values are read.
+func (d *Device) scan(ctx context.Context, prefix, start []byte, values bool, want func([]byte) bool, fn func(key, value []byte) error) error {
 	if err := d.enter(ctx); err != nil {
 		return d.errorf("scan %q: %w", prefix, err)
 	}
@@ -34,6 +49,9 @@ func (d *Device) Scan(ctx context.Context, prefix, start []byte, values bool, fn
 		if err := ctx.Err(); err != nil {
 			_ = it.Close()
 			return d.errorf("scan %q: %w", prefix, err)
+		}
+		if want != nil && !want(it.Key()) {
+			continue
 		}
 		key = append(key[:0], it.Key()...)
 		var v []byte
