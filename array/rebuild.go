@@ -206,8 +206,25 @@ var errNotScanned = fmt.Errorf("%w: absent from the rebuild's scan", device.ErrN
 // scanRead is what a rebuild's scan read of a key on the other devices:
 // its pieces there, valid for the restore unless the key was written to
 // the device being rebuilt after generation gen of watch.
+// read returns the one piece the scan read with its value, or nil.
+func (r *scanRead) read() *mechanism.Piece {
+	var got *mechanism.Piece
+	for i := range r.pieces {
+		if r.pieces[i].OK() {
+			if got != nil {
+				return nil
+			}
+			got = &r.pieces[i]
+		}
+	}
+	return got
+}
+
 type scanRead struct {
 	pieces []mechanism.Piece
+	// unread: devices that hold a piece of the key whose value the scan
+	// did not read (one neighbour reads it: see scanItems).
+	unread []mechanism.Piece
 	watch  *mechanism.Watch
 	gen    uint64
 }
@@ -217,6 +234,13 @@ type scanRead struct {
 // the rebuilt device's, it reads nothing and writes that one.
 type repairerWith interface {
 	RepairWith(ctx context.Context, k mechanism.Key, hint *format.Header, have []mechanism.Piece) (int, error)
+}
+
+// restorerFrom is implemented by mechanisms that keep the same bytes on
+// every device of a value's span (Replication, Hashing): one piece read
+// from a neighbour restores the rebuilt device's, with one write.
+type restorerFrom interface {
+	RestoreFrom(ctx context.Context, k mechanism.Key, dev int, from mechanism.Piece) (int, error)
 }
 
 // Rebuild restores everything that belongs on device i, which must be
@@ -347,28 +371,58 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 	if done != nil {
 		start = append(slices.Clone(done), 0) // the least key after done
 	}
-	near := func(k []byte) bool {
-		user, split, kind, err := format.ParseKey(k)
-		return err == nil && format.HoldsPiece(kind) && a.offset(user, a.logical(split), i) < w
-	}
 	errs := make([]error, n)
-	var srcs []iter.Seq[scanEntry]
 	var scanned []int
+	isScanned := make([]bool, n)
 	for d := 0; d < n; d++ {
 		if d == i || !a.sharesSplits(d, i, w) || a.env.State(d) == mechanism.Failed {
 			continue
 		}
 		scanned = append(scanned, d)
-		srcs = append(srcs, readAhead(a.sortedScan(ctx, d, nil, start, true, near, &errs[d])))
+		isScanned[d] = true
+	}
+	// Of a key near i (its placement span can cover i), one neighbour
+	// reads the value: the scanned device first in the key's placement
+	// order (its primary, unless that is i). The others only say that
+	// they hold it (their values cost a read each, and the header of one
+	// piece tells its value's mechanism and version; see restoreScanned).
+	place := a.env.Placement()
+	want := func(d int) func([]byte) device.Want {
+		return func(k []byte) device.Want {
+			user, split, kind, err := format.ParseKey(k)
+			if err != nil || !format.HoldsPiece(kind) {
+				return device.Skip
+			}
+			key := a.key(user, a.logical(split))
+			if place.Offset(key, i) >= w {
+				return device.Skip
+			}
+			for j := range n {
+				if at := place.At(key, j); isScanned[at] {
+					if at == d {
+						return device.KeyValue
+					}
+					return device.KeyOnly
+				}
+			}
+			return device.KeyOnly
+		}
+	}
+	var srcs []iter.Seq[scanEntry]
+	for _, d := range scanned {
+		srcs = append(srcs, readAhead(a.sortedScan(ctx, d, nil, start, true, want(d), &errs[d])))
 	}
 	// absent completes the pieces of a key the scan read with the devices
 	// it scanned that hold none, under either key: as current as the
 	// pieces read (see scanCurrent), they spare the repair a read. A
 	// device whose scan failed says nothing.
-	absent := func(pieces []mechanism.Piece) []mechanism.Piece {
+	absent := func(pieces []mechanism.Piece, unread []mechanism.Piece) []mechanism.Piece {
+		has := func(d int, bank bool) func(mechanism.Piece) bool {
+			return func(p mechanism.Piece) bool { return p.Dev == d && p.Bank == bank }
+		}
 		for _, bank := range []bool{false, true} {
 			for _, d := range scanned {
-				if errs[d] == nil && !slices.ContainsFunc(pieces, func(p mechanism.Piece) bool { return p.Dev == d && p.Bank == bank }) {
+				if errs[d] == nil && !slices.ContainsFunc(pieces, has(d, bank)) && !slices.ContainsFunc(unread, has(d, bank)) {
 					pieces = append(pieces, mechanism.Piece{Dev: d, Bank: bank, Err: errNotScanned})
 				}
 			}
@@ -390,7 +444,7 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 			if !a.onDevice(it.user, it.split, it.hdr, i) {
 				return true
 			}
-			it.scan.pieces = absent(it.scan.pieces)
+			it.scan.pieces = absent(it.scan.pieces, it.scan.unread)
 		} else {
 			it.hdr, it.scan = nil, nil
 		}
@@ -401,7 +455,13 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 		known := true
 		user, split, kind, _ := format.ParseKey(m.Key)
 		pieces := make([]mechanism.Piece, 0, len(m.Entries))
+		var unread []mechanism.Piece
 		for _, e := range m.Entries {
+			p := mechanism.Piece{Dev: e.Val.dev, Bank: kind == format.KindBank}
+			if e.Val.unread {
+				unread = append(unread, p)
+				continue
+			}
 			v, err := format.Decode(e.Val.value)
 			switch {
 			case e.Val.value == nil || err != nil:
@@ -409,11 +469,13 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 			case hdr == nil || v.Version > hdr.Version:
 				hdr = &v.Header
 			}
-			pieces = append(pieces, mechanism.Piece{Dev: e.Val.dev, Bank: kind == format.KindBank, Value: v})
+			p.Value = v
+			pieces = append(pieces, p)
 		}
 		if pending != nil && kind == format.KindBank && pending.split == split && bytes.Equal(pending.user, user) {
 			pending.at = m.Key
 			pending.scan.pieces = append(pending.scan.pieces, pieces...)
+			pending.scan.unread = append(pending.scan.unread, unread...)
 			if hdr != nil && (pending.hdr == nil || hdr.Version > pending.hdr.Version) {
 				pending.hdr = hdr
 			}
@@ -424,7 +486,7 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 			return ctx.Err()
 		}
 		pending = &healItem{user: user, split: split, onlyFor: i, at: m.Key, hdr: hdr,
-			scan: &scanRead{pieces: pieces, watch: watch, gen: gen}}
+			scan: &scanRead{pieces: pieces, unread: unread, watch: watch, gen: gen}}
 		pendingKnown = known && hdr != nil
 	}
 	if !flush() {
@@ -769,9 +831,16 @@ func (a *Array) restoreScanned(ctx context.Context, it healItem) (int, int64, bo
 	_, err := a.run(ctx, it.user, "repair", func() ([]byte, error) {
 		k := a.key(it.user, 0)
 		var err error
-		if rw, ok := m.(repairerWith); ok && a.scanCurrent(k, it) {
+		current := a.scanCurrent(k, it)
+		rf, copied := m.(restorerFrom)
+		rw, reuses := m.(repairerWith)
+		switch from := it.scan.read(); {
+		case copied && current && from != nil:
+			n, err = rf.RestoreFrom(ctx, k, it.onlyFor, *from)
+		case reuses && current:
+			// The pieces not read (it.scan.unread) are read now.
 			n, err = rw.RepairWith(ctx, k, h, it.scan.pieces)
-		} else {
+		default:
 			n, err = m.Repair(ctx, k, h)
 		}
 		return nil, err
