@@ -530,6 +530,10 @@ func (a *Array) onDevice(user []byte, split int, h *format.Header, dev int) bool
 	return false
 }
 
+// checkpointEvery is how often a rebuild without progress reports saves
+// its checkpoint (each save syncs the device: see saveCheckpoint).
+const checkpointEvery = time.Second
+
 var checkpointKey = format.Key([]byte("\x00kvarray-rebuilt-at"), 0, format.KindArray)
 
 // checkpoint returns the internal key up to which an interrupted rebuild
@@ -633,14 +637,21 @@ func (a *Array) heal(ctx context.Context, dev int, source func(emit func(healIte
 				Repaired: repaired.Load(), Failed: failed.Load(), Elapsed: time.Since(start), Completed: final})
 		}
 	}
+	// The checkpoint is saved with each progress report, or every
+	// checkpointEvery without reports, so that an interrupted rebuild
+	// (a crash: ^C saves it anyway) does not start over.
 	var tick func()
-	if o.progress != nil {
+	interval := o.every
+	switch {
+	case o.progress != nil:
 		tick = func() {
 			report(false)
 			saveAt()
 		}
+	case checkpoint != nil:
+		tick, interval = saveAt, checkpointEvery
 	}
-	stopTick := every(o.every, tick)
+	stopTick := every(interval, tick)
 	type job struct {
 		seq int64
 		it  healItem

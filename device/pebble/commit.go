@@ -73,6 +73,7 @@ func (d *Device) commit(ctx context.Context, b *pdb.Batch) error {
 		b.Close()
 		return err
 	}
+	defer d.bulk.writing(b)()
 	q := &d.queue
 	q.mu.Lock()
 	if q.next == nil {
@@ -156,6 +157,7 @@ func (d *Device) commitDeferred(ctx context.Context, b *pdb.Batch) error {
 		b.Close()
 		return err
 	}
+	defer d.bulk.writing(b)()
 	err := d.call(ctx, true, func() error {
 		defer b.Close()
 		return b.Commit(pdb.NoSync)

@@ -73,6 +73,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -142,6 +143,10 @@ type Device struct {
 
 	// queue merges concurrent writes into one synced commit (commit.go).
 	queue committer
+	// bulk collects deferred stores for ingestion (bulk.go); popts are
+	// the options the database was opened with, for its tables.
+	bulk  bulkLoad
+	popts *pdb.Options
 
 	// running counts the goroutines the watchdog started that have not
 	// returned from Pebble: the database is closed only when none is left.
@@ -206,6 +211,8 @@ func Open(dir string, opts ...Option) (*Device, error) {
 	// Pebble's disk health checks, over the guard, report a write stuck
 	// in the kernel (DiskSlow) even when no caller waits on it.
 	popts.WithFSDefaults()
+	popts.EnsureDefaults() // as Open does: bulk.go writes tables with them
+	removeBulkLeftovers(o.fs, dir)
 	var db *pdb.DB
 	err := d.call(context.Background(), true, func() error {
 		var err error
@@ -218,7 +225,7 @@ func Open(dir string, opts ...Option) (*Device, error) {
 		}
 		return nil, fmt.Errorf("%s: open: %w", name, d.openErr(err))
 	}
-	d.db = db
+	d.db, d.popts = db, popts
 	claim(dir)
 	d.sample(context.Background())
 	go d.probe()
@@ -729,23 +736,39 @@ func (d *Device) Batch(ctx context.Context, ops []device.Op) error {
 
 var _ device.Deferred = (*Device)(nil)
 
-// BatchDeferred implements device.Deferred: Batch with its writes
-// committed unsynced, on their own rather than through the group commit
-// (whose callers each wait for an fsync). Pebble writes its WAL in commit
-// order and each sync covers everything written before it, so any later
-// synced write (Sync, or another caller's synced commit) makes these
-// durable too, and a crash loses a suffix of them, never a write before
-// one it kept.
+// BatchDeferred implements device.Deferred. A batch of stores only is
+// collected for bulk loading (bulk.go): invisible to reads until Sync
+// ingests it. Any other batch ingests what was collected, then runs as
+// Batch with its writes committed unsynced, on their own rather than
+// through the group commit (whose callers each wait for an fsync).
+// Pebble writes its WAL in commit order and each sync covers everything
+// written before it, so any later synced write (Sync, or another caller's
+// synced commit) makes these durable too, and a crash loses a suffix of
+// them, never a write before one it kept.
 func (d *Device) BatchDeferred(ctx context.Context, ops []device.Op) error {
+	if !slices.ContainsFunc(ops, func(op device.Op) bool { return op.Kind != device.OpStore }) {
+		return d.batch(ctx, ops, false)
+	}
+	if err := d.ingestBulk(ctx); err != nil {
+		for i := range ops {
+			ops[i].Result, ops[i].Found = nil, false
+			ops[i].Err = d.errorf("batch op %d (%v %q): %w", i, ops[i].Kind, ops[i].Key, err)
+		}
+		return d.errorf("batch: %w", err)
+	}
 	return d.batch(ctx, ops, false)
 }
 
-// Sync implements device.Deferred: an empty synced WAL record.
+// Sync implements device.Deferred: the stores collected are ingested
+// (bulk.go), then an empty synced WAL record covers the other writes.
 func (d *Device) Sync(ctx context.Context) error {
 	if err := d.enter(ctx); err != nil {
 		return d.errorf("sync: %w", err)
 	}
 	defer d.exit()
+	if err := d.ingestBulk(ctx); err != nil {
+		return d.errorf("sync: %w", err)
+	}
 	err := d.call(ctx, true, func() error { return d.db.LogData(nil, pdb.Sync) })
 	if err != nil {
 		return d.errorf("sync: %w", classify(err))
@@ -781,6 +804,10 @@ func (d *Device) batch(ctx context.Context, ops []device.Op, sync bool) error {
 		dependent []int
 		stores    int64
 		overlay   = map[string]*pending{}
+		// bulk: deferred stores only, collected (bulk.go); full: the
+		// collection is due for ingestion.
+		bulk = !sync && !slices.ContainsFunc(ops, func(op device.Op) bool { return op.Kind != device.OpStore })
+		full bool
 	)
 	for i := range ops {
 		op := &ops[i]
@@ -801,6 +828,10 @@ func (d *Device) batch(ctx context.Context, ops []device.Op, sync bool) error {
 		}
 		if op.Err != nil {
 			op.Err = opErr(i, op.Err)
+			continue
+		}
+		if bulk {
+			full = d.bulk.collect(op.Key, op.Value) || full
 			continue
 		}
 		switch op.Kind {
@@ -843,6 +874,12 @@ func (d *Device) batch(ctx context.Context, ops []device.Op, sync bool) error {
 		}
 	}
 	d.batchReads(ctx, ops, reads, opErr)
+	if full {
+		if err := d.ingestBulk(ctx); err != nil {
+			setAll(err)
+			return d.errorf("batch: %w", err)
+		}
+	}
 	if b == nil {
 		return nil
 	}
