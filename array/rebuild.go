@@ -249,18 +249,24 @@ type restorerFrom interface {
 // on the device, are skipped.
 //
 // The neighbours that can share a key with i are scanned together, in
-// key order (an ordered merge, holding one entry per neighbour), so the
-// keys stream through the repair without being collected; where a
-// neighbour hands out values (device.Scanner) each piece's header tells
-// its mechanism, and a key whose mechanism keeps nothing on i costs
-// nothing. A key that has a piece on i is restored once, by its
-// mechanism's repair: from the pieces the scan read (RepairWith: one
-// write, no read) when no write of the key reached i since the scan began
-// (mechanism.Watch); otherwise from the other devices, read again, never
-// from i (mechanism.WithRestoring). Writes to i share device batches. Orphans (pieces of deleted
-// values, leftover splits) are not looked for: that is Scrub's job. Then
-// come the keys the mechanisms know of by other means (Packing's members
-// of sets with a piece on i), and the keys i missed while it was failed.
+// key order (an ordered merge, holding one entry per neighbour, each
+// neighbour's scan reading ahead on its own goroutine), so the keys
+// stream through the repair without being collected. Where a neighbour
+// hands out values (device.Scanner), one of them reads each key's value
+// (see scanItems): its header tells the mechanism, and a key whose
+// mechanism keeps nothing on i costs nothing more. A key that has a
+// piece on i is restored once: from the piece the scan read when its
+// mechanism keeps the same bytes on every device (RestoreFrom: one
+// write, no read), or by its mechanism's repair from the pieces the scan
+// read (RepairWith: the others are read), when no write of the key
+// reached i since the scan began (mechanism.Watch); otherwise from the
+// other devices, read again, never from i (mechanism.WithRestoring).
+// Writes to i share device batches and are deferred: synced before each
+// checkpoint and before i is marked healthy (see saveCheckpoint). Orphans
+// (pieces of deleted values, leftover splits) are not looked for: that
+// is Scrub's job. Then come the keys the mechanisms know of by other
+// means (Packing's members of sets with a piece on i), and the keys i
+// missed while it was failed.
 func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (RebuildReport, error) {
 	rep := RebuildReport{Dev: i}
 	if err := a.checkDev(i); err != nil {
@@ -361,9 +367,10 @@ func (a *Array) rebuildEstimate(ctx context.Context, i int) int64 {
 // scanItems emits, in internal key order from just after done, one item
 // per data key that may have a piece on device i: the keys on the devices
 // that can share a split with i (see sharesSplits) whose placement span
-// can cover i, merged across those devices. With headers (every neighbour
-// that holds the key a device.Scanner), a key is emitted only when its own mechanism puts a
-// piece on i, and a huge value once, for its first split that does.
+// can cover i, merged across those devices. With a header (the value read
+// by the key's designated neighbour, a device.Scanner), a key is emitted
+// only when its own mechanism puts a piece on i, and a huge value once,
+// for its first split that does.
 func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechanism.Watch, gen uint64, emit func(healItem) bool) error {
 	n := a.env.N()
 	w := min(a.maxWidth, n)
@@ -718,8 +725,10 @@ func (a *Array) heal(ctx context.Context, dev int, source func(emit func(healIte
 		return rep, fmt.Errorf("heal device %d (%s): %d of %d keys could not be repaired (first: %s)", dev, rep.Name, rep.Failed, seq, errs[0])
 	}
 	if a.env.State(dev) == mechanism.Rebuilding {
-		// What it restored deferred is durable before it counts as whole.
-		if err := syncDevice(ctx, a.env.Device(dev)); err != nil {
+		// What it restored deferred is durable before it counts as whole
+		// (synced even if ctx ended meanwhile: the work is done). Should
+		// the device not be marked healthy, the checkpoint keeps the work.
+		if err := syncDevice(context.WithoutCancel(ctx), a.env.Device(dev)); err != nil {
 			return rep, fmt.Errorf("heal device %d (%s): sync what it restored: %w", dev, rep.Name, err)
 		}
 		a.env.SetState(dev, mechanism.Healthy)
@@ -728,6 +737,7 @@ func (a *Array) heal(ctx context.Context, dev int, source func(emit func(healIte
 		a.hdrMu.Unlock()
 		if err := writeHeaders(ctx, a.env, h, []int{dev}); err != nil {
 			a.env.SetState(dev, mechanism.Rebuilding)
+			saveAt()
 			return rep, fmt.Errorf("heal device %d: clear its rebuilding mark: %w", dev, err)
 		}
 		_ = a.env.Device(dev).Delete(ctx, checkpointKey)

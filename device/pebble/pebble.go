@@ -6,7 +6,10 @@
 // pebble.Sync. Concurrent writes are group-committed (commit.go): the
 // writes of every caller that arrive while a commit runs go into the next
 // one, one pebble.Batch and one fsync per device, so many writers share
-// commits rather than queueing one each.
+// commits rather than queueing one each. The exception is
+// BatchDeferred (device.Deferred, for a rebuild that can redo its
+// writes): durable only after a later Sync; its stores are bulk loaded
+// (bulk.go).
 //
 // Invariants:
 //   - Open never creates a database unless WithCreate(true) is given: a
