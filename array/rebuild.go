@@ -476,7 +476,7 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 			case hdr == nil || v.Version > hdr.Version:
 				hdr = &v.Header
 			}
-			p.Value = v
+			p.Value, p.Raw = v, e.Val.value
 			pieces = append(pieces, p)
 		}
 		if pending != nil && kind == format.KindBank && pending.split == split && bytes.Equal(pending.user, user) {

@@ -93,8 +93,9 @@ func (d *Device) writeTable(fs vfs.FS, name string, keys []string, kv map[string
 // device's directory; a crash may leave one, removed at Open).
 const bulkPrefix = "kvarray-bulk-"
 
-// collect adds a store to the collection (copying key and value), and
-// reports whether the collection reached bulkMax.
+// collect adds a store to the collection (copying key and value: the
+// caller may reuse its buffers), and reports whether the collection
+// reached bulkMax.
 func (l *bulkLoad) collect(key, value []byte) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -177,7 +177,10 @@ func (m *Mechanism) RestoreFrom(ctx context.Context, k mechanism.Key, dev int, f
 	if m.env.Offset(k, dev) >= m.copiesOf(&from.Value.Header) {
 		return 0, nil
 	}
-	enc := format.Encode(&from.Value.Header, from.Value.Payload)
+	enc := from.Raw // the bytes every copy holds
+	if enc == nil {
+		enc = format.Encode(&from.Value.Header, from.Value.Payload)
+	}
 	if err := m.env.Write(ctx, k.Data(), []int{dev}, [][]byte{enc}, 0); err != nil {
 		return 0, err
 	}
