@@ -380,19 +380,20 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 	}
 	errs := make([]error, n)
 	var scanned []int
-	isScanned := make([]bool, n)
+	reader := make([]bool, n) // may read values for the others
 	for d := 0; d < n; d++ {
 		if d == i || !a.sharesSplits(d, i, w) || a.env.State(d) == mechanism.Failed {
 			continue
 		}
 		scanned = append(scanned, d)
-		isScanned[d] = true
+		reader[d] = a.env.State(d) == mechanism.Healthy
 	}
 	// Of a key near i (its placement span can cover i), one neighbour
-	// reads the value: the scanned device first in the key's placement
-	// order (its primary, unless that is i). The others only say that
-	// they hold it (their values cost a read each, and the header of one
-	// piece tells its value's mechanism and version; see restoreScanned).
+	// reads the value: the healthy scanned device first in the key's
+	// placement order (its primary, unless that is i). The others only
+	// say that they hold it (their values cost a read each, and the
+	// header of one piece tells its value's mechanism and version; see
+	// restoreScanned).
 	place := a.env.Placement()
 	want := func(d int) func([]byte) device.Want {
 		return func(k []byte) device.Want {
@@ -405,7 +406,7 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 				return device.Skip
 			}
 			for j := range n {
-				if at := place.At(key, j); isScanned[at] {
+				if at := place.At(key, j); reader[at] {
 					if at == d {
 						return device.KeyValue
 					}
