@@ -378,7 +378,13 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 	if done != nil {
 		start = append(slices.Clone(done), 0) // the least key after done
 	}
-	errs := make([]error, n)
+	errs := make([]error, n) // under errMu
+	var errMu sync.Mutex
+	failed := func(d int) bool {
+		errMu.Lock()
+		defer errMu.Unlock()
+		return errs[d] != nil
+	}
 	var scanned []int
 	reader := make([]bool, n) // may read values for the others
 	for d := 0; d < n; d++ {
@@ -418,7 +424,16 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 	}
 	var srcs []iter.Seq[scanEntry]
 	for _, d := range scanned {
-		srcs = append(srcs, readAhead(a.sortedScan(ctx, d, nil, start, true, want(d), &errs[d])))
+		// The scan runs on readAhead's goroutine: its error is published
+		// under errMu when it ends, for absent to read meanwhile.
+		var scanErr error
+		seq := a.sortedScan(ctx, d, nil, start, true, want(d), &scanErr)
+		srcs = append(srcs, readAhead(func(yield func(scanEntry) bool) {
+			seq(yield)
+			errMu.Lock()
+			errs[d] = scanErr
+			errMu.Unlock()
+		}))
 	}
 	// absent completes the pieces of a key the scan read with the devices
 	// it scanned that hold none, under either key: as current as the
@@ -430,7 +445,7 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 		}
 		for _, bank := range []bool{false, true} {
 			for _, d := range scanned {
-				if errs[d] == nil && !slices.ContainsFunc(pieces, has(d, bank)) && !slices.ContainsFunc(unread, has(d, bank)) {
+				if !failed(d) && !slices.ContainsFunc(pieces, has(d, bank)) && !slices.ContainsFunc(unread, has(d, bank)) {
 					pieces = append(pieces, mechanism.Piece{Dev: d, Bank: bank, Err: errNotScanned})
 				}
 			}
@@ -501,6 +516,8 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 		return ctx.Err()
 	}
 	var list []error
+	errMu.Lock() // the scans have ended: Sorted stopped them
+	defer errMu.Unlock()
 	for _, err := range errs {
 		// A neighbour that fails is marked so by the repairs; the keys
 		// it listed alone have no other piece to restore from.
