@@ -29,16 +29,21 @@ type scanEntry = merge.Entry[scanned]
 type scanned struct {
 	dev   int
 	value []byte // nil: not asked for, or the device does not hand values out
+	// unread: the device holds the key and could have handed out its
+	// value, which was not asked for.
+	unread bool
 }
 
 // sortedScan yields device d's internal keys that start with prefix, are
-// not less than start and satisfy keep, in ascending order, with their
-// values when values is true and d is a device.Scanner (a device that is
-// not hands out no values, which callers treat as unknown). Entries are
-// the caller's to keep. A device that does not iterate in order has its
-// matching keys collected and sorted first: O(keys) memory and work for
-// it alone. The first error is left in *errp.
-func (a *Array) sortedScan(ctx context.Context, d int, prefix, start []byte, values bool, keep func([]byte) bool, errp *error) iter.Seq[scanEntry] {
+// not less than start and that want hands out, in ascending order, with
+// their values when values is true, where want says device.KeyValue and
+// d is a device.Scanner (a device that is not hands out no values, which
+// callers treat as unknown; unread says whether a nil value was not
+// asked for). Entries are the caller's to keep. A device that does not
+// iterate in order has its matching keys collected and sorted first:
+// O(keys) memory and work for it alone. The first error is left in
+// *errp. want may run on another goroutine than the iteration's.
+func (a *Array) sortedScan(ctx context.Context, d int, prefix, start []byte, values bool, want func([]byte) device.Want, errp *error) iter.Seq[scanEntry] {
 	dev := a.env.Device(d)
 	return func(yield func(scanEntry) bool) {
 		info, err := dev.Info(ctx)
@@ -52,7 +57,7 @@ func (a *Array) sortedScan(ctx context.Context, d int, prefix, start []byte, val
 		if !info.Ordered {
 			var keys [][]byte
 			err := dev.Iterate(ctx, prefix, func(k []byte) error {
-				if bytes.Compare(k, start) >= 0 && keep(k) {
+				if bytes.Compare(k, start) >= 0 && want(k) != device.Skip {
 					keys = append(keys, slices.Clone(k))
 				}
 				return nil
@@ -70,15 +75,25 @@ func (a *Array) sortedScan(ctx context.Context, d int, prefix, start []byte, val
 			return
 		}
 		stopped := errors.New("stopped")
-		err = device.Scan(ctx, dev, prefix, start, values, func(k, v []byte) error {
-			if !keep(k) {
-				return nil
-			}
-			if !yield(scanEntry{Key: slices.Clone(k), Val: scanned{dev: d, value: slices.Clone(v)}}) {
+		each := func(k, v []byte) error {
+			e := scanEntry{Key: slices.Clone(k), Val: scanned{dev: d, value: slices.Clone(v)}}
+			e.Val.unread = v == nil && values
+			if !yield(e) {
 				return stopped
 			}
 			return nil
-		})
+		}
+		if values {
+			// Only the values want asks for are read.
+			err = device.ScanFiltered(ctx, dev, prefix, start, want, each)
+		} else {
+			err = device.Scan(ctx, dev, prefix, start, false, func(k, v []byte) error {
+				if want(k) == device.Skip {
+					return nil
+				}
+				return each(k, nil)
+			})
+		}
 		if err != nil && !errors.Is(err, stopped) {
 			*errp = fmt.Errorf("device %d (%s): %w", d, a.env.Name(d), err)
 		}
@@ -133,9 +148,12 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 	gens := make([]mechanism.Gen, n)
 	var srcs []iter.Seq[scanEntry]
 	for i := 0; i < n; i++ {
-		keep := func(k []byte) bool {
+		keep := func(k []byte) device.Want {
 			user, split, kind, err := format.ParseKey(k)
-			return err == nil && format.HoldsPiece(kind) && split == 0 && a.answersFor(i, user)
+			if err == nil && format.HoldsPiece(kind) && split == 0 && a.answersFor(i, user) {
+				return device.KeyOnly
+			}
+			return device.Skip
 		}
 		_, gens[i] = a.env.DeviceGen(i)
 		srcs = append(srcs, a.sortedScan(ctx, i, prefix, start, false, keep, &errs[i]))

@@ -206,8 +206,25 @@ var errNotScanned = fmt.Errorf("%w: absent from the rebuild's scan", device.ErrN
 // scanRead is what a rebuild's scan read of a key on the other devices:
 // its pieces there, valid for the restore unless the key was written to
 // the device being rebuilt after generation gen of watch.
+// read returns the one piece the scan read with its value, or nil.
+func (r *scanRead) read() *mechanism.Piece {
+	var got *mechanism.Piece
+	for i := range r.pieces {
+		if r.pieces[i].OK() {
+			if got != nil {
+				return nil
+			}
+			got = &r.pieces[i]
+		}
+	}
+	return got
+}
+
 type scanRead struct {
 	pieces []mechanism.Piece
+	// unread: devices that hold a piece of the key whose value the scan
+	// did not read (one neighbour reads it: see scanItems).
+	unread []mechanism.Piece
 	watch  *mechanism.Watch
 	gen    uint64
 }
@@ -219,24 +236,37 @@ type repairerWith interface {
 	RepairWith(ctx context.Context, k mechanism.Key, hint *format.Header, have []mechanism.Piece) (int, error)
 }
 
+// restorerFrom is implemented by mechanisms that keep the same bytes on
+// every device of a value's span (Replication, Hashing): one piece read
+// from a neighbour restores the rebuilt device's, with one write.
+type restorerFrom interface {
+	RestoreFrom(ctx context.Context, k mechanism.Key, dev int, from mechanism.Piece) (int, error)
+}
+
 // Rebuild restores everything that belongs on device i, which must be
 // Rebuilding (see ReplaceDevice), and marks it healthy when every key was
 // repaired. It is restartable: keys done by an interrupted run, recorded
 // on the device, are skipped.
 //
 // The neighbours that can share a key with i are scanned together, in
-// key order (an ordered merge, holding one entry per neighbour), so the
-// keys stream through the repair without being collected; where a
-// neighbour hands out values (device.Scanner) each piece's header tells
-// its mechanism, and a key whose mechanism keeps nothing on i costs
-// nothing. A key that has a piece on i is restored once, by its
-// mechanism's repair: from the pieces the scan read (RepairWith: one
-// write, no read) when no write of the key reached i since the scan began
-// (mechanism.Watch); otherwise from the other devices, read again, never
-// from i (mechanism.WithRestoring). Writes to i share device batches. Orphans (pieces of deleted
-// values, leftover splits) are not looked for: that is Scrub's job. Then
-// come the keys the mechanisms know of by other means (Packing's members
-// of sets with a piece on i), and the keys i missed while it was failed.
+// key order (an ordered merge, holding one entry per neighbour, each
+// neighbour's scan reading ahead on its own goroutine), so the keys
+// stream through the repair without being collected. Where a neighbour
+// hands out values (device.Scanner), one of them reads each key's value
+// (see scanItems): its header tells the mechanism, and a key whose
+// mechanism keeps nothing on i costs nothing more. A key that has a
+// piece on i is restored once: from the piece the scan read when its
+// mechanism keeps the same bytes on every device (RestoreFrom: one
+// write, no read), or by its mechanism's repair from the pieces the scan
+// read (RepairWith: the others are read), when no write of the key
+// reached i since the scan began (mechanism.Watch); otherwise from the
+// other devices, read again, never from i (mechanism.WithRestoring).
+// Writes to i share device batches and are deferred: synced before each
+// checkpoint and before i is marked healthy (see saveCheckpoint). Orphans
+// (pieces of deleted values, leftover splits) are not looked for: that
+// is Scrub's job. Then come the keys the mechanisms know of by other
+// means (Packing's members of sets with a piece on i), and the keys i
+// missed while it was failed.
 func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (RebuildReport, error) {
 	rep := RebuildReport{Dev: i}
 	if err := a.checkDev(i); err != nil {
@@ -337,9 +367,10 @@ func (a *Array) rebuildEstimate(ctx context.Context, i int) int64 {
 // scanItems emits, in internal key order from just after done, one item
 // per data key that may have a piece on device i: the keys on the devices
 // that can share a split with i (see sharesSplits) whose placement span
-// can cover i, merged across those devices. With headers (every neighbour
-// that holds the key a device.Scanner), a key is emitted only when its own mechanism puts a
-// piece on i, and a huge value once, for its first split that does.
+// can cover i, merged across those devices. With a header (the value read
+// by the key's designated neighbour, a device.Scanner), a key is emitted
+// only when its own mechanism puts a piece on i, and a huge value once,
+// for its first split that does.
 func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechanism.Watch, gen uint64, emit func(healItem) bool) error {
 	n := a.env.N()
 	w := min(a.maxWidth, n)
@@ -347,28 +378,74 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 	if done != nil {
 		start = append(slices.Clone(done), 0) // the least key after done
 	}
-	near := func(k []byte) bool {
-		user, split, kind, err := format.ParseKey(k)
-		return err == nil && format.HoldsPiece(kind) && a.offset(user, a.logical(split), i) < w
+	errs := make([]error, n) // under errMu
+	var errMu sync.Mutex
+	failed := func(d int) bool {
+		errMu.Lock()
+		defer errMu.Unlock()
+		return errs[d] != nil
 	}
-	errs := make([]error, n)
-	var srcs []iter.Seq[scanEntry]
 	var scanned []int
+	reader := make([]bool, n) // may read values for the others
 	for d := 0; d < n; d++ {
 		if d == i || !a.sharesSplits(d, i, w) || a.env.State(d) == mechanism.Failed {
 			continue
 		}
 		scanned = append(scanned, d)
-		srcs = append(srcs, a.sortedScan(ctx, d, nil, start, true, near, &errs[d]))
+		reader[d] = a.env.State(d) == mechanism.Healthy
+	}
+	// Of a key near i (its placement span can cover i), one neighbour
+	// reads the value: the healthy scanned device first in the key's
+	// placement order (its primary, unless that is i). The others only
+	// say that they hold it (their values cost a read each, and the
+	// header of one piece tells its value's mechanism and version; see
+	// restoreScanned).
+	place := a.env.Placement()
+	want := func(d int) func([]byte) device.Want {
+		return func(k []byte) device.Want {
+			user, split, kind, err := format.ParseKey(k)
+			if err != nil || !format.HoldsPiece(kind) {
+				return device.Skip
+			}
+			key := a.key(user, a.logical(split))
+			if place.Offset(key, i) >= w {
+				return device.Skip
+			}
+			for j := range n {
+				if at := place.At(key, j); reader[at] {
+					if at == d {
+						return device.KeyValue
+					}
+					return device.KeyOnly
+				}
+			}
+			return device.KeyOnly
+		}
+	}
+	var srcs []iter.Seq[scanEntry]
+	for _, d := range scanned {
+		// The scan runs on readAhead's goroutine: its error is published
+		// under errMu when it ends, for absent to read meanwhile.
+		var scanErr error
+		seq := a.sortedScan(ctx, d, nil, start, true, want(d), &scanErr)
+		srcs = append(srcs, readAhead(func(yield func(scanEntry) bool) {
+			seq(yield)
+			errMu.Lock()
+			errs[d] = scanErr
+			errMu.Unlock()
+		}))
 	}
 	// absent completes the pieces of a key the scan read with the devices
 	// it scanned that hold none, under either key: as current as the
 	// pieces read (see scanCurrent), they spare the repair a read. A
 	// device whose scan failed says nothing.
-	absent := func(pieces []mechanism.Piece) []mechanism.Piece {
+	absent := func(pieces []mechanism.Piece, unread []mechanism.Piece) []mechanism.Piece {
+		has := func(d int, bank bool) func(mechanism.Piece) bool {
+			return func(p mechanism.Piece) bool { return p.Dev == d && p.Bank == bank }
+		}
 		for _, bank := range []bool{false, true} {
 			for _, d := range scanned {
-				if errs[d] == nil && !slices.ContainsFunc(pieces, func(p mechanism.Piece) bool { return p.Dev == d && p.Bank == bank }) {
+				if !failed(d) && !slices.ContainsFunc(pieces, has(d, bank)) && !slices.ContainsFunc(unread, has(d, bank)) {
 					pieces = append(pieces, mechanism.Piece{Dev: d, Bank: bank, Err: errNotScanned})
 				}
 			}
@@ -390,7 +467,7 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 			if !a.onDevice(it.user, it.split, it.hdr, i) {
 				return true
 			}
-			it.scan.pieces = absent(it.scan.pieces)
+			it.scan.pieces = absent(it.scan.pieces, it.scan.unread)
 		} else {
 			it.hdr, it.scan = nil, nil
 		}
@@ -401,7 +478,13 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 		known := true
 		user, split, kind, _ := format.ParseKey(m.Key)
 		pieces := make([]mechanism.Piece, 0, len(m.Entries))
+		var unread []mechanism.Piece
 		for _, e := range m.Entries {
+			p := mechanism.Piece{Dev: e.Val.dev, Bank: kind == format.KindBank}
+			if e.Val.unread {
+				unread = append(unread, p)
+				continue
+			}
 			v, err := format.Decode(e.Val.value)
 			switch {
 			case e.Val.value == nil || err != nil:
@@ -409,11 +492,13 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 			case hdr == nil || v.Version > hdr.Version:
 				hdr = &v.Header
 			}
-			pieces = append(pieces, mechanism.Piece{Dev: e.Val.dev, Bank: kind == format.KindBank, Value: v})
+			p.Value, p.Raw = v, e.Val.value
+			pieces = append(pieces, p)
 		}
 		if pending != nil && kind == format.KindBank && pending.split == split && bytes.Equal(pending.user, user) {
 			pending.at = m.Key
 			pending.scan.pieces = append(pending.scan.pieces, pieces...)
+			pending.scan.unread = append(pending.scan.unread, unread...)
 			if hdr != nil && (pending.hdr == nil || hdr.Version > pending.hdr.Version) {
 				pending.hdr = hdr
 			}
@@ -424,13 +509,15 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 			return ctx.Err()
 		}
 		pending = &healItem{user: user, split: split, onlyFor: i, at: m.Key, hdr: hdr,
-			scan: &scanRead{pieces: pieces, watch: watch, gen: gen}}
+			scan: &scanRead{pieces: pieces, unread: unread, watch: watch, gen: gen}}
 		pendingKnown = known && hdr != nil
 	}
 	if !flush() {
 		return ctx.Err()
 	}
 	var list []error
+	errMu.Lock() // the scans have ended: Sorted stopped them
+	defer errMu.Unlock()
 	for _, err := range errs {
 		// A neighbour that fails is marked so by the repairs; the keys
 		// it listed alone have no other piece to restore from.
@@ -468,6 +555,10 @@ func (a *Array) onDevice(user []byte, split int, h *format.Header, dev int) bool
 	return false
 }
 
+// checkpointEvery is how often a rebuild without progress reports saves
+// its checkpoint (each save syncs the device: see saveCheckpoint).
+const checkpointEvery = time.Second
+
 var checkpointKey = format.Key([]byte("\x00kvarray-rebuilt-at"), 0, format.KindArray)
 
 // checkpoint returns the internal key up to which an interrupted rebuild
@@ -484,11 +575,28 @@ func (a *Array) checkpoint(ctx context.Context, i int) ([]byte, int64) {
 	return v.Payload[8:], int64(binary.BigEndian.Uint64(v.Payload))
 }
 
+// saveCheckpoint records that the rebuild of device i restored count keys,
+// up to at. The pieces it restored are synced first (they may have been
+// written deferred, see mechanism.WithRestoring): the checkpoint never
+// passes a piece a crash could lose.
 func (a *Array) saveCheckpoint(ctx context.Context, i int, at []byte, count int64) {
+	ctx = context.WithoutCancel(ctx)
+	if syncDevice(ctx, a.env.Device(i)) != nil {
+		return
+	}
 	p := binary.BigEndian.AppendUint64(nil, uint64(count))
 	p = append(p, at...)
 	h := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(p)), ObjectLen: uint64(len(p))}
-	_ = a.env.Device(i).Store(context.WithoutCancel(ctx), checkpointKey, format.Encode(&h, p))
+	_ = a.env.Device(i).Store(ctx, checkpointKey, format.Encode(&h, p))
+}
+
+// syncDevice makes the deferred writes of d durable (device.Deferred);
+// the writes of other devices always are.
+func syncDevice(ctx context.Context, d device.Device) error {
+	if dd, ok := d.(device.Deferred); ok {
+		return dd.Sync(ctx)
+	}
+	return nil
 }
 
 // heal repairs the items source emits, workers at once, reporting
@@ -554,14 +662,21 @@ func (a *Array) heal(ctx context.Context, dev int, source func(emit func(healIte
 				Repaired: repaired.Load(), Failed: failed.Load(), Elapsed: time.Since(start), Completed: final})
 		}
 	}
+	// The checkpoint is saved with each progress report, or every
+	// checkpointEvery without reports, so that an interrupted rebuild
+	// (a crash: ^C saves it anyway) does not start over.
 	var tick func()
-	if o.progress != nil {
+	interval := o.every
+	switch {
+	case o.progress != nil:
 		tick = func() {
 			report(false)
 			saveAt()
 		}
+	case checkpoint != nil:
+		tick, interval = saveAt, checkpointEvery
 	}
-	stopTick := every(o.every, tick)
+	stopTick := every(interval, tick)
 	type job struct {
 		seq int64
 		it  healItem
@@ -628,12 +743,19 @@ func (a *Array) heal(ctx context.Context, dev int, source func(emit func(healIte
 		return rep, fmt.Errorf("heal device %d (%s): %d of %d keys could not be repaired (first: %s)", dev, rep.Name, rep.Failed, seq, errs[0])
 	}
 	if a.env.State(dev) == mechanism.Rebuilding {
+		// What it restored deferred is durable before it counts as whole
+		// (synced even if ctx ended meanwhile: the work is done). Should
+		// the device not be marked healthy, the checkpoint keeps the work.
+		if err := syncDevice(context.WithoutCancel(ctx), a.env.Device(dev)); err != nil {
+			return rep, fmt.Errorf("heal device %d (%s): sync what it restored: %w", dev, rep.Name, err)
+		}
 		a.env.SetState(dev, mechanism.Healthy)
 		a.hdrMu.Lock()
 		h := a.hdr
 		a.hdrMu.Unlock()
 		if err := writeHeaders(ctx, a.env, h, []int{dev}); err != nil {
 			a.env.SetState(dev, mechanism.Rebuilding)
+			saveAt()
 			return rep, fmt.Errorf("heal device %d: clear its rebuilding mark: %w", dev, err)
 		}
 		_ = a.env.Device(dev).Delete(ctx, checkpointKey)
@@ -748,9 +870,16 @@ func (a *Array) restoreScanned(ctx context.Context, it healItem) (int, int64, bo
 	_, err := a.run(ctx, it.user, "repair", func() ([]byte, error) {
 		k := a.key(it.user, 0)
 		var err error
-		if rw, ok := m.(repairerWith); ok && a.scanCurrent(k, it) {
+		current := a.scanCurrent(k, it)
+		rf, copied := m.(restorerFrom)
+		rw, reuses := m.(repairerWith)
+		switch from := it.scan.read(); {
+		case copied && current && from != nil:
+			n, err = rf.RestoreFrom(ctx, k, it.onlyFor, *from)
+		case reuses && current:
+			// The pieces not read (it.scan.unread) are read now.
 			n, err = rw.RepairWith(ctx, k, h, it.scan.pieces)
-		} else {
+		default:
 			n, err = m.Repair(ctx, k, h)
 		}
 		return nil, err
@@ -823,4 +952,59 @@ func (a *Array) scanCurrent(k mechanism.Key, it healItem) bool {
 		}
 	}
 	return true
+}
+
+// Read-ahead of a rebuild's scans: each neighbour's scan runs on its own
+// goroutine, up to readAheadChunks chunks of readAheadChunk entries ahead
+// of the merge, so that the neighbours' reads (a value read each, on
+// Pebble) proceed together rather than one after the other on the
+// merge's goroutine. It holds at most (readAheadChunks+2) ×
+// readAheadChunk entries per neighbour: a few MiB of 4 KiB pieces.
+const (
+	readAheadChunk  = 64
+	readAheadChunks = 4
+)
+
+// readAhead yields what seq yields, running seq on its own goroutine ahead
+// of the consumer. Whatever seq writes before it returns (its error) is
+// visible once the iteration ends, early or not: the goroutine has ended.
+func readAhead[T any](seq iter.Seq[T]) iter.Seq[T] {
+	return func(yield func(T) bool) {
+		chunks := make(chan []T, readAheadChunks)
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			defer close(chunks)
+			chunk := make([]T, 0, readAheadChunk)
+			send := func() bool {
+				select {
+				case chunks <- chunk:
+					chunk = make([]T, 0, readAheadChunk)
+					return true
+				case <-stop:
+					return false
+				}
+			}
+			for v := range seq {
+				if chunk = append(chunk, v); len(chunk) == readAheadChunk && !send() {
+					return
+				}
+			}
+			if len(chunk) > 0 {
+				send()
+			}
+		}()
+		defer func() {
+			close(stop)
+			<-done
+		}()
+		for chunk := range chunks {
+			for _, v := range chunk {
+				if !yield(v) {
+					return
+				}
+			}
+		}
+	}
 }

@@ -212,3 +212,19 @@ func (l Limits) CheckValue(value []byte) error {
 	}
 	return nil
 }
+
+// Deferred is an optional interface of devices whose writes can be made
+// durable in bulk: a writer that can redo its writes after a crash (a
+// rebuild, which resumes from its checkpoint) applies many batches
+// without waiting for each to reach the disk, then syncs once.
+type Deferred interface {
+	// BatchDeferred is Batch, except that its writes may be lost in a
+	// crash until a later Sync returns, and may stay invisible to reads
+	// until then (a bulk load). Writes are durable in the order they were
+	// applied: a crash never keeps a later write and loses an earlier
+	// one; a write of the ordinary path (Store, Delete, Batch) after a
+	// deferred one of the same key wins.
+	BatchDeferred(ctx context.Context, ops []Op) error
+	// Sync makes every write applied before it durable.
+	Sync(ctx context.Context) error
+}

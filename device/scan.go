@@ -46,3 +46,43 @@ func Scan(ctx context.Context, d Device, prefix, start []byte, values bool, fn f
 		return fn(k, v)
 	})
 }
+
+// Want is what a filtered scan (ScanFiltered) does with a key.
+type Want uint8
+
+const (
+	Skip Want = iota // not handed out
+	// KeyOnly: handed out without reading its value: with a nil value,
+	// or with the value when the device had it at hand anyway (read
+	// with the key: a small value Pebble keeps inline, or any value of
+	// a device that reads values with their keys).
+	KeyOnly
+	KeyValue // handed out with its value
+)
+
+// FilterScanner is an optional interface of Scanners that can skip the
+// values of keys a caller does not need: on devices that keep values
+// apart from keys (Pebble's blob files), a value costs a read of its own,
+// and a rebuild needs one value of each key, from one of its neighbours.
+type FilterScanner interface {
+	// ScanFiltered is Scan with values, except that want decides for
+	// each key whether fn sees it, and with its value or not; a value
+	// not handed out is not read. want sees each key once, in order,
+	// and must not keep it.
+	ScanFiltered(ctx context.Context, prefix, start []byte, want func(key []byte) Want, fn func(key, value []byte) error) error
+}
+
+// ScanFiltered is d's ScanFiltered when it implements FilterScanner, and
+// otherwise Scan with values, the skipped keys dropped after their values
+// were read (every value is read, and handed out).
+func ScanFiltered(ctx context.Context, d Device, prefix, start []byte, want func(key []byte) Want, fn func(key, value []byte) error) error {
+	if s, ok := d.(FilterScanner); ok {
+		return s.ScanFiltered(ctx, prefix, start, want, fn)
+	}
+	return Scan(ctx, d, prefix, start, true, func(k, v []byte) error {
+		if want(k) == Skip {
+			return nil
+		}
+		return fn(k, v)
+	})
+}

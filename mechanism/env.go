@@ -318,7 +318,7 @@ func (e *Env) batch(ctx context.Context, dev int, d device.Device, b []device.Op
 		return ErrMarkedFailed
 	}
 	if r := restoringFrom(ctx); r != nil && r.dev == dev {
-		return r.comb.do(ctx, d, b)
+		return r.comb.do(ctx, d, b, e.clearsRecord(dev, b))
 	}
 	return d.Batch(ctx, b)
 }
@@ -368,6 +368,10 @@ type Piece struct {
 	// Bank: read from the split's bank key (Key.Bank), not its data key.
 	Bank  bool
 	Value format.Value
+	// Raw, when set, is the encoding Value was decoded from (a rebuild's
+	// scan keeps it), so that a copy can be written without encoding it
+	// again.
+	Raw []byte
 	// Err is nil for a good piece; otherwise it wraps device.ErrNotFound,
 	// format.ErrCorrupt, device.ErrDeviceFailed or a context error.
 	Err error

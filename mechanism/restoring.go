@@ -26,9 +26,15 @@ type restoring struct {
 //     per piece), and a repair rewrites a piece it did not read.
 //   - operations on dev from concurrent calls under the same context
 //     share device batches: while one batch is being written, the ones
-//     that arrive wait and go together in the next (one synced commit for
-//     many restored pieces). Each call still returns only once its own
-//     operations are done, so nothing is reported written before it is.
+//     that arrive wait and go together in the next (one commit for many
+//     restored pieces). Each call still returns only once its own
+//     operations are applied.
+//   - on a device.Deferred, those batches are not synced: a restored
+//     piece is durable only once the rebuild syncs the device (Rebuild
+//     does before each checkpoint and before it marks the device healthy:
+//     a crash before loses pieces the rebuild restores again when it
+//     resumes). A batch that lands a write the device had missed (its
+//     record is cleared when it lands) is synced, as the record goes.
 //
 // The context is meant for one rebuild: create it once and use it for
 // all its repairs.
@@ -86,14 +92,17 @@ type combiner struct {
 
 type combined struct {
 	ops  []device.Op
+	sync bool
 	err  error
 	done chan struct{}
 }
 
 // do runs ops on d, in one batch with whatever other calls are waiting,
-// and returns once they are done, with the batch's error.
-func (c *combiner) do(ctx context.Context, d device.Device, ops []device.Op) error {
-	me := &combined{ops: ops, done: make(chan struct{})}
+// and returns once they are done, with the batch's error. The batch is
+// deferred (device.Deferred) unless d cannot defer or a call in it asked
+// for sync.
+func (c *combiner) do(ctx context.Context, d device.Device, ops []device.Op, sync bool) error {
+	me := &combined{ops: ops, sync: sync, done: make(chan struct{})}
 	c.mu.Lock()
 	c.waiting = append(c.waiting, me)
 	if c.busy {
@@ -107,12 +116,19 @@ func (c *combiner) do(ctx context.Context, d device.Device, ops []device.Op) err
 		c.waiting = nil
 		c.mu.Unlock()
 		var all []device.Op
+		sync := false
 		for _, g := range group {
 			all = append(all, g.ops...)
+			sync = sync || g.sync
 		}
 		// The calls share one rebuild's context: the leader's stands
 		// for all of them.
-		err := d.Batch(ctx, all)
+		var err error
+		if dd, ok := d.(device.Deferred); ok && !sync {
+			err = dd.BatchDeferred(ctx, all)
+		} else {
+			err = d.Batch(ctx, all)
+		}
 		for _, g := range group {
 			n := copy(g.ops, all)
 			all = all[n:]
@@ -126,4 +142,15 @@ func (c *combiner) do(ctx context.Context, d device.Device, ops []device.Op) err
 	c.busy = false
 	c.mu.Unlock()
 	return me.err
+}
+
+// clearsRecord reports whether ops write a key whose missed write dev has
+// on record: landing it clears the record, so it must be durable.
+func (e *Env) clearsRecord(dev int, ops []device.Op) bool {
+	for i := range ops {
+		if isWrite(ops[i].Kind) && e.missed(dev, ops[i].Key) {
+			return true
+		}
+	}
+	return false
 }

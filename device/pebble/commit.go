@@ -82,6 +82,7 @@ func (d *Device) commit(ctx context.Context, b *pdb.Batch) error {
 		b.Close()
 		return err
 	}
+	defer d.bulk.writing(b)()
 	q := &d.queue
 	q.mu.Lock()
 	if q.next == nil {
@@ -178,4 +179,22 @@ func (d *Device) lingerFor(size int) {
 	q.mu.Lock()
 	q.want, q.enough = 0, nil
 	q.mu.Unlock()
+}
+
+// commitDeferred commits b unsynced under the watchdog, and releases it:
+// BatchDeferred's commit, which waits for no fsync and so joins no group.
+func (d *Device) commitDeferred(ctx context.Context, b *pdb.Batch) error {
+	if err := d.refusal(true); err != nil {
+		b.Close()
+		return err
+	}
+	defer d.bulk.writing(b)()
+	err := d.call(ctx, true, func() error {
+		defer b.Close()
+		return b.Commit(pdb.NoSync)
+	})
+	if err != nil {
+		return classify(err)
+	}
+	return nil
 }

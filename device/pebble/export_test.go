@@ -44,3 +44,6 @@ func (f flipFile) ReadAt(p []byte, off int64) (int, error) {
 
 // Corruptions is how many corrupt blocks Pebble has reported.
 func (d *Device) Corruptions() int64 { return d.corruptions.Load() }
+
+// WithFS runs the device over fs (a crashable memory file system).
+func WithFS(fs vfs.FS) Option { return withFS(fs) }

@@ -6,7 +6,10 @@
 // pebble.Sync. Concurrent writes are group-committed (commit.go): the
 // writes of every caller that arrive while a commit runs go into the next
 // one, one pebble.Batch and one fsync per device, so many writers share
-// commits rather than queueing one each.
+// commits rather than queueing one each. The exception is
+// BatchDeferred (device.Deferred, for a rebuild that can redo its
+// writes): durable only after a later Sync; its stores are bulk loaded
+// (bulk.go).
 //
 // Invariants:
 //   - Open never creates a database unless WithCreate(true) is given: a
@@ -73,6 +76,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -142,6 +146,10 @@ type Device struct {
 
 	// queue merges concurrent writes into one synced commit (commit.go).
 	queue committer
+	// bulk collects deferred stores for ingestion (bulk.go); popts are
+	// the options the database was opened with, for its tables.
+	bulk  bulkLoad
+	popts *pdb.Options
 
 	// running counts the goroutines the watchdog started that have not
 	// returned from Pebble: the database is closed only when none is left.
@@ -206,6 +214,8 @@ func Open(dir string, opts ...Option) (*Device, error) {
 	// Pebble's disk health checks, over the guard, report a write stuck
 	// in the kernel (DiskSlow) even when no caller waits on it.
 	popts.WithFSDefaults()
+	popts.EnsureDefaults() // as Open does: bulk.go writes tables with them
+	removeBulkLeftovers(o.fs, dir)
 	var db *pdb.DB
 	err := d.call(context.Background(), true, func() error {
 		var err error
@@ -218,7 +228,7 @@ func Open(dir string, opts ...Option) (*Device, error) {
 		}
 		return nil, fmt.Errorf("%s: open: %w", name, d.openErr(err))
 	}
-	d.db = db
+	d.db, d.popts = db, popts
 	claim(dir)
 	d.sample(context.Background())
 	go d.probe()
@@ -724,6 +734,54 @@ type read struct {
 // turned into errors if the commit fails, so that nothing undurable is
 // reported.
 func (d *Device) Batch(ctx context.Context, ops []device.Op) error {
+	return d.batch(ctx, ops, true)
+}
+
+var _ device.Deferred = (*Device)(nil)
+
+// BatchDeferred implements device.Deferred. A batch of stores only is
+// collected for bulk loading (bulk.go): invisible to reads until Sync
+// ingests it. Any other batch ingests what was collected, then runs as
+// Batch with its writes committed unsynced, on their own rather than
+// through the group commit (whose callers each wait for an fsync).
+// Pebble writes its WAL in commit order and each sync covers everything
+// written before it, so any later synced write (Sync, or another caller's
+// synced commit) makes these durable too, and a crash loses a suffix of
+// them, never a write before one it kept.
+func (d *Device) BatchDeferred(ctx context.Context, ops []device.Op) error {
+	if !slices.ContainsFunc(ops, func(op device.Op) bool { return op.Kind != device.OpStore }) {
+		return d.batch(ctx, ops, false)
+	}
+	if err := d.ingestBulk(ctx); err != nil {
+		for i := range ops {
+			ops[i].Result, ops[i].Found = nil, false
+			ops[i].Err = d.errorf("batch op %d (%v %q): %w", i, ops[i].Kind, ops[i].Key, err)
+		}
+		return d.errorf("batch: %w", err)
+	}
+	return d.batch(ctx, ops, false)
+}
+
+// Sync implements device.Deferred: the stores collected are ingested
+// (bulk.go), then an empty synced WAL record covers the other writes.
+func (d *Device) Sync(ctx context.Context) error {
+	if err := d.enter(ctx); err != nil {
+		return d.errorf("sync: %w", err)
+	}
+	defer d.exit()
+	if err := d.ingestBulk(ctx); err != nil {
+		return d.errorf("sync: %w", err)
+	}
+	err := d.call(ctx, true, func() error { return d.db.LogData(nil, pdb.Sync) })
+	if err != nil {
+		return d.errorf("sync: %w", classify(err))
+	}
+	return nil
+}
+
+// batch is Batch, its writes committed synced through the group commit,
+// or unsynced (BatchDeferred).
+func (d *Device) batch(ctx context.Context, ops []device.Op, sync bool) error {
 	opErr := func(i int, err error) error {
 		return d.errorf("batch op %d (%v %q): %w", i, ops[i].Kind, ops[i].Key, err)
 	}
@@ -749,6 +807,10 @@ func (d *Device) Batch(ctx context.Context, ops []device.Op) error {
 		dependent []int
 		stores    int64
 		overlay   = map[string]*pending{}
+		// bulk: deferred stores only, collected (bulk.go); full: the
+		// collection is due for ingestion.
+		bulk = !sync && !slices.ContainsFunc(ops, func(op device.Op) bool { return op.Kind != device.OpStore })
+		full bool
 	)
 	for i := range ops {
 		op := &ops[i]
@@ -769,6 +831,10 @@ func (d *Device) Batch(ctx context.Context, ops []device.Op) error {
 		}
 		if op.Err != nil {
 			op.Err = opErr(i, op.Err)
+			continue
+		}
+		if bulk {
+			full = d.bulk.collect(op.Key, op.Value) || full
 			continue
 		}
 		switch op.Kind {
@@ -811,10 +877,20 @@ func (d *Device) Batch(ctx context.Context, ops []device.Op) error {
 		}
 	}
 	d.batchReads(ctx, ops, reads, opErr)
+	if full {
+		if err := d.ingestBulk(ctx); err != nil {
+			setAll(err)
+			return d.errorf("batch: %w", err)
+		}
+	}
 	if b == nil {
 		return nil
 	}
-	if err := d.commit(ctx, b); err != nil {
+	commit := d.commit
+	if !sync {
+		commit = d.commitDeferred
+	}
+	if err := commit(ctx, b); err != nil {
 		for _, i := range dependent {
 			op := &ops[i]
 			op.Result, op.Found = nil, false

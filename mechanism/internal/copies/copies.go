@@ -162,6 +162,31 @@ func (m *Mechanism) heal(ctx context.Context, k mechanism.Key, have []mechanism.
 	return best, rewritten, nil
 }
 
+// RestoreFrom writes on dev, which is being rebuilt, the copy of k that
+// from holds (read from another device of k's span), when dev is in the
+// span of from's version: every copy is the same bytes, so one piece
+// read restores another with one write and no read. It reports the
+// pieces written (0: dev holds no copy of that version). The caller
+// vouches that from is k's newest version (a rebuild's scan, still
+// current: no write of k since, and no write of k that from's device
+// missed).
+func (m *Mechanism) RestoreFrom(ctx context.Context, k mechanism.Key, dev int, from mechanism.Piece) (int, error) {
+	if !from.OK() || !m.mine(&from.Value.Header) {
+		return 0, fmt.Errorf("%s split %d of key %q: restore from device %d: not a good piece of this mechanism", m.name, k.Split, k.User, from.Dev)
+	}
+	if m.env.Offset(k, dev) >= m.copiesOf(&from.Value.Header) {
+		return 0, nil
+	}
+	enc := from.Raw // the bytes every copy holds
+	if enc == nil {
+		enc = format.Encode(&from.Value.Header, from.Value.Payload)
+	}
+	if err := m.env.Write(ctx, k.Data(), []int{dev}, [][]byte{enc}, 0); err != nil {
+		return 0, err
+	}
+	return 1, nil
+}
+
 func allNotFound(pieces []mechanism.Piece) bool {
 	for i := range pieces {
 		if !errors.Is(pieces[i].Err, device.ErrNotFound) {

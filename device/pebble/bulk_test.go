@@ -1,0 +1,77 @@
+package pebble
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/kvarray/kvarray/device"
+)
+
+// TestBulkLoad: the stores of BatchDeferred are collected and ingested
+// as a sorted table at Sync. Invariants: they are invisible to reads until
+// Sync and read back after it; an ordinary write of a collected key made
+// after it was collected wins over it (a later Store, a later Delete);
+// after a crash, everything written before the Sync is there.
+func TestBulkLoad(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	dir := t.TempDir()
+	d := mustOpen(t, dir, WithCreate(true), withFS(fs))
+	ctx := t.Context()
+	key := func(i int) []byte { return fmt.Appendf(nil, "key-%05d", i) }
+	val := func(i int, gen string) []byte { return fmt.Appendf(nil, "%s-%05d", gen, i) }
+	const n = 500
+	// Collected out of key order, over several batches.
+	for lo := n - 100; lo >= 0; lo -= 100 {
+		ops := make([]device.Op, 0, 100)
+		for i := lo; i < lo+100; i++ {
+			ops = append(ops, device.Op{Kind: device.OpStore, Key: key(i), Value: val(i, "bulk")})
+		}
+		if err := d.BatchDeferred(ctx, ops); err != nil {
+			t.Fatal(err)
+		}
+		for i := range ops {
+			if ops[i].Err != nil {
+				t.Fatal(ops[i].Err)
+			}
+		}
+	}
+	if _, err := d.Retrieve(ctx, key(7)); !errors.Is(err, device.ErrNotFound) {
+		t.Fatalf("a collected store read before Sync: %v", err)
+	}
+	// Later ordinary writes of collected keys.
+	if err := d.Store(ctx, key(1), val(1, "later")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Delete(ctx, key(2)); err != nil && !errors.Is(err, device.ErrNotFound) {
+		t.Fatal(err)
+	}
+	if err := d.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check := func(d *Device, when string) {
+		t.Helper()
+		for i := range n {
+			v, err := d.Retrieve(ctx, key(i))
+			switch {
+			case i == 2:
+				if !errors.Is(err, device.ErrNotFound) {
+					t.Fatalf("%s: key 2, deleted after it was collected: %q, %v", when, v, err)
+				}
+			case i == 1:
+				if string(v) != string(val(1, "later")) {
+					t.Fatalf("%s: key 1, stored after it was collected: %q, %v", when, v, err)
+				}
+			default:
+				if err != nil || string(v) != string(val(i, "bulk")) {
+					t.Fatalf("%s: key %d: %q, %v", when, i, v, err)
+				}
+			}
+		}
+	}
+	check(d, "after Sync")
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
+	check(mustOpen(t, dir, WithCreate(true), withFS(crashed)), "after a crash")
+}
