@@ -105,6 +105,7 @@ type options struct {
 	autoResync  time.Duration
 	metaCache   int
 	weights     []uint64 // WithWeights; nil: the devices' capacities
+	tiny        *Tiny    // WithTiny; nil: no tiny values
 }
 
 // Option configures Open and Create.
@@ -168,6 +169,7 @@ type Array struct {
 	stop     chan struct{}  // closed by Close: stops background work
 	bg       sync.WaitGroup // background work
 	meta     *metaCache     // nil: none
+	tiny     *tinyState     // nil: no tiny values (tiny.go); fixed at open
 }
 
 func build(devs []device.Device, opts []Option) (*Array, error) {
@@ -281,6 +283,9 @@ func Create(ctx context.Context, devs []device.Device, opts ...Option) (*Array, 
 	if err := a.setPlacement(); err != nil {
 		return nil, fmt.Errorf("array: create: %w", err)
 	}
+	if err := a.setTiny(true); err != nil {
+		return nil, fmt.Errorf("array: create: %w", err)
+	}
 	// An array whose mode stores values without redundancy says so from
 	// the start, rather than with a header write at its first store.
 	unprotected := a.def.Tolerates() == 0
@@ -317,6 +322,9 @@ func Open(ctx context.Context, devs []device.Device, opts ...Option) (*Array, er
 	}
 	a.hdr, a.reasons = h, reasons
 	if err := a.setPlacement(); err != nil {
+		return nil, fmt.Errorf("array: open: %w", err)
+	}
+	if err := a.setTiny(false); err != nil {
 		return nil, fmt.Errorf("array: open: %w", err)
 	}
 	a.banked = h.flags&flagBanked != 0

@@ -27,6 +27,8 @@ import (
 //	         own header to hold
 //	29+8·N   8·N  per device, its placement weight (weighted arrays
 //	              only, see placement.go; absent: unweighted placement)
+//	end-8    8    tiny values (flagTiny only, see tiny.go): largest tiny
+//	              value (4 bytes), bucket count (4 bytes)
 //
 // The position makes the circular device order part of the array's
 // identity: placement depends on it, so a shuffled order must be refused.
@@ -66,7 +68,15 @@ const (
 	// no loss (Hashing). Until then, a key no answering device holds
 	// while its primary is down is known to be absent.
 	flagUnprotected = 1 << 3
+	// flagTiny: values up to a size live in buckets (tiny.go); the
+	// header ends with the tiny geometry, which never changes. Code from
+	// before tiny values reads such a header as corrupt (its length does
+	// not match), so it refuses the array rather than miss its values.
+	flagTiny = 1 << 4
 )
+
+// tinyTrailerLen is the tiny geometry's size at the end of the header.
+const tinyTrailerLen = 8
 
 // ID identifies an array.
 type ID [16]byte
@@ -83,6 +93,9 @@ type header struct {
 	// weights of the devices' placement, len n; nil: unweighted (and in
 	// every header from before weights)
 	weights []uint64
+	// tiny geometry (flagTiny): values of at most tinyMax bytes live in
+	// tinyBuckets buckets
+	tinyMax, tinyBuckets uint32
 }
 
 // ErrStaleCopy: a device holds an older copy of its contents than the
@@ -104,6 +117,10 @@ func (h header) encode() []byte {
 			p = binary.LittleEndian.AppendUint64(p, w)
 		}
 	}
+	if h.flags&flagTiny != 0 {
+		p = binary.LittleEndian.AppendUint32(p, h.tinyMax)
+		p = binary.LittleEndian.AppendUint32(p, h.tinyBuckets)
+	}
 	fh := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(p)), ObjectLen: uint64(len(p))}
 	return format.Encode(&fh, p)
 }
@@ -121,7 +138,19 @@ func decodeHeader(b []byte) (header, error) {
 	h.n = int(binary.LittleEndian.Uint16(v.Payload[16:]))
 	h.pos = int(binary.LittleEndian.Uint16(v.Payload[18:]))
 	h.flags = v.Payload[20]
-	if rest := v.Payload[headerPayloadLen:]; len(rest) > 0 {
+	rest := v.Payload[headerPayloadLen:]
+	if h.flags&flagTiny != 0 {
+		if len(rest) < tinyTrailerLen {
+			return header{}, fmt.Errorf("%w: array header of %d bytes with tiny values", format.ErrCorrupt, len(v.Payload))
+		}
+		t := rest[len(rest)-tinyTrailerLen:]
+		h.tinyMax, h.tinyBuckets = binary.LittleEndian.Uint32(t), binary.LittleEndian.Uint32(t[4:])
+		if h.tinyBuckets == 0 {
+			return header{}, fmt.Errorf("%w: array header with tiny values in 0 buckets", format.ErrCorrupt)
+		}
+		rest = rest[:len(rest)-tinyTrailerLen]
+	}
+	if len(rest) > 0 {
 		if len(rest) != 8+8*h.n && len(rest) != 8+16*h.n {
 			return header{}, fmt.Errorf("%w: array header of %d bytes for %d devices", format.ErrCorrupt, len(v.Payload), h.n)
 		}
@@ -205,6 +234,7 @@ func verifyHeaders(ctx context.Context, env *mechanism.Env) (header, []error, er
 		if errs[i] == nil && hs[i].id == id && hs[i].n == env.N() {
 			if ref < 0 {
 				arr.weights, ref = hs[i].weights, i
+				arr.tinyMax, arr.tinyBuckets = hs[i].tinyMax, hs[i].tinyBuckets
 			}
 			arr.epoch = max(arr.epoch, hs[i].epoch)
 			for j, e := range hs[i].vec {
@@ -244,6 +274,10 @@ func verifyHeaders(ctx context.Context, env *mechanism.Env) (header, []error, er
 			// Never written so by the array: which weights place the
 			// keys cannot be told.
 			bad = append(bad, fmt.Errorf("device %d (%s) records placement weights %v, device %d %v", i, env.Name(i), hs[i].weights, ref, arr.weights))
+		case hs[i].tinyBuckets != arr.tinyBuckets || hs[i].tinyMax != arr.tinyMax:
+			// Likewise: which bucket holds a key cannot be told.
+			bad = append(bad, fmt.Errorf("device %d (%s) records tiny values up to %d bytes in %d buckets, device %d up to %d in %d",
+				i, env.Name(i), hs[i].tinyMax, hs[i].tinyBuckets, ref, arr.tinyMax, arr.tinyBuckets))
 		default:
 			arr.flags |= hs[i].flags &^ flagRebuilding
 			if hs[i].flags&flagRebuilding != 0 {

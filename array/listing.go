@@ -135,7 +135,7 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 	for i := 0; i < n; i++ {
 		keep := func(k []byte) bool {
 			user, split, kind, err := format.ParseKey(k)
-			return err == nil && format.HoldsPiece(kind) && split == 0 && a.answersFor(i, user)
+			return err == nil && format.HoldsPiece(kind) && split == 0 && !a.isBucket(user) && a.answersFor(i, user)
 		}
 		_, gens[i] = a.env.DeviceGen(i)
 		srcs = append(srcs, a.sortedScan(ctx, i, prefix, start, false, keep, &errs[i]))
@@ -146,6 +146,7 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 	if err != nil {
 		return nil, nil, -1, nil, err
 	}
+	more = slices.DeleteFunc(more, a.isBucket)
 	slices.SortFunc(more, bytes.Compare)
 	var extra []scanEntry
 	for _, k := range more {
@@ -154,6 +155,21 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 		}
 	}
 	srcs = append(srcs, slices.Values(extra))
+	if a.tiny != nil {
+		// Every bucket, on every page: see tiny.go.
+		tk, err := a.tinyKeys(ctx, prefix)
+		if err != nil {
+			return nil, nil, -1, nil, err
+		}
+		slices.SortFunc(tk, bytes.Compare)
+		var tiny []scanEntry
+		for _, k := range tk {
+			if after == nil || bytes.Compare(k, after) > 0 {
+				tiny = append(tiny, scanEntry{Key: format.Key(k, 0, format.KindData), Val: scanned{dev: -1}})
+			}
+		}
+		srcs = append(srcs, slices.Values(tiny))
+	}
 	complete := true
 	for m := range merge.Sorted(srcs) {
 		if len(keys) == count {
