@@ -145,7 +145,7 @@ func (a *Array) Repair(ctx context.Context, key []byte) (int, error) {
 	_, err := a.run(ctx, key, "repair", func() ([]byte, error) {
 		var err error
 		total, err = a.repair(ctx, key)
-		if a.tiny != nil && !a.isBucket(key) && (err == nil || errors.Is(err, ErrNotFound)) {
+		if a.tinyKey(key) && (err == nil || errors.Is(err, ErrNotFound)) {
 			n, found, terr := a.repairTiny(ctx, key)
 			total += n
 			switch {

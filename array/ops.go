@@ -256,7 +256,7 @@ func (a *Array) exists(ctx context.Context, key []byte) (bool, error) {
 		return false, err
 	}
 	defer tk.Release()
-	if a.tiny != nil {
+	if a.tinyKey(key) {
 		if _, found, err := a.tinyLookup(ctx, key); err != nil || found {
 			return found, err
 		}
@@ -298,7 +298,7 @@ func (a *Array) prepareStore(key, value []byte, c call) (mechanism.Mechanism, er
 // store runs under key's lock: to key's bucket or to its own pieces
 // (tiny.go), or to its own pieces on an array without tiny values.
 func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechanism, c call) error {
-	if a.tiny != nil {
+	if a.tinyKey(key) {
 		return a.storeTiny(ctx, key, value, m, c)
 	}
 	return a.storeValue(ctx, key, value, m, c)
@@ -581,7 +581,7 @@ func (a *Array) forSplits(ctx context.Context, n int, fn func(s int) error) erro
 
 // retrieve runs under key's lock.
 func (a *Array) retrieve(ctx context.Context, key []byte) ([]byte, error) {
-	if a.tiny != nil {
+	if a.tinyKey(key) {
 		v, found, err := a.tinyLookup(ctx, key)
 		if err != nil || found {
 			return bytes.Clone(v), err
@@ -648,7 +648,7 @@ func (a *Array) retrieveValue(ctx context.Context, key []byte) ([]byte, error) {
 
 // remove runs under key's lock.
 func (a *Array) remove(ctx context.Context, key []byte) error {
-	if a.tiny != nil {
+	if a.tinyKey(key) {
 		return a.removeTiny(ctx, key)
 	}
 	return a.removeValue(ctx, key)

@@ -62,7 +62,7 @@ func (a *Array) Len(ctx context.Context, key []byte) (int64, error) {
 	}
 	var n int64
 	_, err := a.run(ctx, key, "len", func() ([]byte, error) {
-		if a.tiny != nil {
+		if a.tinyKey(key) {
 			v, found, err := a.tinyLookup(ctx, key)
 			if err != nil || found {
 				n = int64(len(v))
@@ -131,7 +131,7 @@ func (a *Array) retrieveRanges(ctx context.Context, key []byte, rs []Range) ([][
 			return nil, 0, fmt.Errorf("range of %d bytes from %d: %w", r.Len, r.Off, ErrBadRange)
 		}
 	}
-	if a.tiny != nil {
+	if a.tinyKey(key) {
 		v, found, err := a.tinyLookup(ctx, key)
 		if err != nil {
 			return nil, 0, err

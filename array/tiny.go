@@ -487,3 +487,9 @@ func (a *Array) tinyKeys(ctx context.Context, prefix []byte) ([][]byte, error) {
 	}
 	return out, nil
 }
+
+// tinyKey reports whether key may have a tiny value: the array has tiny
+// values and key is not a bucket's own.
+func (a *Array) tinyKey(key []byte) bool {
+	return a.tiny != nil && !a.isBucket(key)
+}
