@@ -118,6 +118,8 @@ func (o crashOp) String() string {
 type crashConfig struct {
 	name string
 	opts []Option
+	// workload generates the operations (nil: crashWorkload)
+	workload func(rng *rand.Rand, n int) []crashOp
 }
 
 var crashLimits = device.Limits{MaxValueLen: 4 << 10}
@@ -135,6 +137,12 @@ func crashConfigs() []crashConfig {
 		// every device, which a crash can cut too).
 		name: "standalone",
 		opts: []Option{quietMechanisms(), WithDefault("replication")},
+	}, {
+		// Tiny values in 2 buckets (tiny_test.go's hybrid otherwise),
+		// keys moving in and out of them.
+		name:     "tiny",
+		opts:     tinyOpts(2),
+		workload: tinyCrashWorkload,
 	}}
 }
 
@@ -325,7 +333,11 @@ type crashPlan struct {
 }
 
 func newCrashPlan(t *testing.T, cc crashConfig, n int) *crashPlan {
-	p := &crashPlan{cc: cc, ops: crashWorkload(newRand(t), n), origin: map[string]int{}, faultless: map[int]error{}}
+	gen := crashWorkload
+	if cc.workload != nil {
+		gen = cc.workload
+	}
+	p := &crashPlan{cc: cc, ops: gen(newRand(t), n), origin: map[string]int{}, faultless: map[int]error{}}
 	seen := map[string]bool{}
 	for i, o := range p.ops {
 		if !o.del {

@@ -13,13 +13,13 @@ import (
 	"github.com/kvarray/kvarray/format"
 )
 
-// tinyOpts is a hybrid array with tiny values up to 32 bytes in 4
+// tinyOpts is a hybrid array with tiny values up to 32 bytes in a few
 // buckets (so that buckets are shared), replication up to 512 bytes,
 // Packing and Splitting above.
-func tinyOpts() []Option {
+func tinyOpts(buckets int) []Option {
 	return []Option{quietMechanisms(), WithMode(Hybrid),
 		WithRules(Rule{Max: 512, RM: "replication"}, Rule{Max: 3 << 10, RM: "packing"}, Rule{RM: "splitting"}),
-		WithTiny(Tiny{Max: 32, Buckets: 4})}
+		WithTiny(Tiny{Max: 32, Buckets: buckets})}
 }
 
 // tinyValue returns a value of a size class: tiny (≤ 32 B), just above
@@ -128,7 +128,7 @@ func (m tinyModel) checkPlaces(t *testing.T, r *rig) {
 // the listing against a model; then after a restart, with two devices
 // failed, after a device is replaced and rebuilt, and after a scrub.
 func TestTinyModel(t *testing.T) {
-	r := newRig(t, 6, tinyOpts()...)
+	r := newRig(t, 6, tinyOpts(4)...)
 	rng := newRand(t)
 	m := tinyModel{}
 	for i := range 300 {
@@ -204,7 +204,7 @@ func TestTinyMoveCutShort(t *testing.T) {
 		entryNewer bool
 	}{{"to tiny", true}, {"to big", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, 6, tinyOpts()...)
+			r := newRig(t, 6, tinyOpts(4)...)
 			k := []byte("moving")
 			big, tiny := bytes.Repeat([]byte("B"), 100), []byte("tiny")
 			// Both sides present, the entry flagged moving: the state
@@ -256,7 +256,7 @@ func (a *Array) run2(key []byte, fn func() error) error {
 // array created without tiny values refuses them at open, bucket keys are
 // refused to callers, and a header from another geometry is refused.
 func TestTinyGeometryIsFixed(t *testing.T) {
-	r := newRig(t, 6, tinyOpts()...)
+	r := newRig(t, 6, tinyOpts(4)...)
 	r.mustStore("a", []byte("tiny"))
 	r.opts = []Option{quietMechanisms(), WithTiny(Tiny{Max: 999, Buckets: 77})}
 	r.reopen()
@@ -319,4 +319,23 @@ func TestBucketEncoding(t *testing.T) {
 			t.Fatalf("truncated to %d bytes: %v", n, err)
 		}
 	}
+}
+
+// tinyCrashWorkload is crashWorkload's shape with half the values tiny:
+// every store either updates a bucket or moves a key across the
+// threshold.
+func tinyCrashWorkload(rng *rand.Rand, n int) []crashOp {
+	var ops []crashOp
+	for range n {
+		key := fmt.Sprint("key-", rng.IntN(8))
+		switch x := rng.IntN(14); {
+		case x < 2:
+			ops = append(ops, crashOp{del: true, key: key})
+		case x == 2:
+			ops = append(ops, crashOp{key: key, value: randBytes(rng, rng.IntN(33)), using: "replication"})
+		default:
+			ops = append(ops, crashOp{key: key, value: tinyValue(rng)})
+		}
+	}
+	return ops
 }
