@@ -15,7 +15,8 @@ import (
 
 // TestMeasureTinyOverhead is issue 13's tiny-value experiment: N values
 // of 8–32 bytes (uniform) under 24-byte keys, stored in an array of 6 mem
-// devices three ways: tiny values in buckets (Packing k=4, r=2, about
+// devices (KVARRAY_TINY_DEVICES) three ways: tiny values in buckets
+// (Packing k=4, r=2, or k=devices-2, r=2, about
 // KVARRAY_TINY_BUCKET bytes per bucket, default 8192), Replication (3
 // copies, tolerance 2 as well) and Packing alone; it prints the storage
 // overhead of each, device bytes / user bytes. Device bytes are what the
@@ -35,19 +36,24 @@ func TestMeasureTinyOverhead(t *testing.T) {
 	if s := os.Getenv("KVARRAY_TINY_BUCKET"); s != "" {
 		bucketBytes, _ = strconv.Atoi(s)
 	}
+	devs, k := 6, 4
+	if s := os.Getenv("KVARRAY_TINY_DEVICES"); s != "" {
+		devs, _ = strconv.Atoi(s)
+		k = devs - 2
+	}
 	// Entries average 3 + 24 + 20 bytes.
 	buckets := max(1, n*47/bucketBytes)
-	mechs := WithMechanisms(packing.New(4, 2, 0), replication.New(3))
+	mechs := WithMechanisms(packing.New(k, 2, 0), replication.New(3))
 	for _, tc := range []struct {
 		name string
 		opts []Option
 	}{
-		{fmt.Sprintf("tiny (%d buckets, packing 4+2)", buckets), []Option{mechs, WithDefault("replication"), WithTiny(Tiny{Max: 64, Buckets: buckets})}},
+		{fmt.Sprintf("tiny (%d buckets, packing %d+2)", buckets, k), []Option{mechs, WithDefault("replication"), WithTiny(Tiny{Max: 64, Buckets: buckets})}},
 		{"replication 3", []Option{mechs, WithDefault("replication")}},
-		{"packing 4+2", []Option{mechs, WithDefault("packing")}},
+		{fmt.Sprintf("packing %d+2", k), []Option{mechs, WithDefault("packing")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, 6, tc.opts...)
+			r := newRig(t, devs, tc.opts...)
 			rng := rand.New(rand.NewPCG(1, 2))
 			start := time.Now()
 			var user int64
