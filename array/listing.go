@@ -156,17 +156,15 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 	}
 	srcs = append(srcs, slices.Values(extra))
 	if a.tiny != nil {
-		// Every bucket, on every page: see tiny.go.
-		tk, err := a.tinyKeys(ctx, prefix)
+		// From the listing index (tinyindex.go): a page's worth, and
+		// one more to tell whether the listing goes on.
+		tk, err := a.tinyKeysAfter(ctx, prefix, after, count+1)
 		if err != nil {
 			return nil, nil, -1, nil, err
 		}
-		slices.SortFunc(tk, bytes.Compare)
-		var tiny []scanEntry
-		for _, k := range tk {
-			if after == nil || bytes.Compare(k, after) > 0 {
-				tiny = append(tiny, scanEntry{Key: format.Key(k, 0, format.KindData), Val: scanned{dev: -1}})
-			}
+		tiny := make([]scanEntry, len(tk))
+		for i, k := range tk {
+			tiny[i] = scanEntry{Key: format.Key(k, 0, format.KindData), Val: scanned{dev: -1}}
 		}
 		srcs = append(srcs, slices.Values(tiny))
 	}

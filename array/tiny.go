@@ -107,6 +107,7 @@ type tinyState struct {
 	max     int
 	buckets uint32
 	m       mechanism.Mechanism
+	index   tinyIndex
 }
 
 // setTiny sets a.tiny from the header, once it is known.
@@ -285,9 +286,11 @@ func (a *Array) withBucket(ctx context.Context, key []byte, fn func(b *bucket) e
 	return fn(b)
 }
 
-// write stores the bucket as it now is (an empty bucket is deleted).
-func (a *Array) writeBucket(ctx context.Context, b *bucket) error {
-	var err error
+// writeBucket stores the bucket as it now is (an empty bucket is
+// deleted); of its entries, only key's may have come or gone since it was
+// read (the listing index follows it).
+func (a *Array) writeBucket(ctx context.Context, b *bucket, key []byte) (err error) {
+	defer func() { a.tiny.index.note(key, findEntry(b.entries, key) >= 0, err) }()
 	if len(b.entries) == 0 {
 		if err = a.removeValue(ctx, b.key); errors.Is(err, ErrNotFound) {
 			err = nil
@@ -366,7 +369,7 @@ func (a *Array) settle(ctx context.Context, key []byte, b *bucket) error {
 	}
 	if big && v > b.entries[i].version {
 		b.entries = append(b.entries[:i], b.entries[i+1:]...)
-		return a.writeBucket(ctx, b)
+		return a.writeBucket(ctx, b, key)
 	}
 	if big {
 		if err := a.removeValue(ctx, key); err != nil && !errors.Is(err, ErrNotFound) {
@@ -374,7 +377,7 @@ func (a *Array) settle(ctx context.Context, key []byte, b *bucket) error {
 		}
 	}
 	b.entries[i].moving, b.entries[i].version = false, 0
-	return a.writeBucket(ctx, b)
+	return a.writeBucket(ctx, b, key)
 }
 
 // storeTiny is store on an array with tiny values; under key's turn.
@@ -388,7 +391,7 @@ func (a *Array) storeTiny(ctx context.Context, key, value []byte, m mechanism.Me
 		switch {
 		case tiny && i >= 0:
 			b.entries[i].val = value
-			return a.writeBucket(ctx, b)
+			return a.writeBucket(ctx, b, key)
 		case tiny:
 			big, err := a.hasBig(ctx, key)
 			if err != nil {
@@ -396,10 +399,10 @@ func (a *Array) storeTiny(ctx context.Context, key, value []byte, m mechanism.Me
 			}
 			if !big {
 				b.entries = append(b.entries, tinyEntry{key: key, val: value})
-				return a.writeBucket(ctx, b)
+				return a.writeBucket(ctx, b, key)
 			}
 			b.entries = append(b.entries, tinyEntry{key: key, val: value, moving: true, version: a.clock.Next()})
-			if err := a.writeBucket(ctx, b); err != nil {
+			if err := a.writeBucket(ctx, b, key); err != nil {
 				return err
 			}
 			if err := a.removeValue(ctx, key); err != nil && !errors.Is(err, ErrNotFound) {
@@ -407,17 +410,17 @@ func (a *Array) storeTiny(ctx context.Context, key, value []byte, m mechanism.Me
 			}
 			b.entries[len(b.entries)-1].moving = false
 			b.entries[len(b.entries)-1].version = 0
-			return a.writeBucket(ctx, b)
+			return a.writeBucket(ctx, b, key)
 		case i >= 0:
 			b.entries[i].moving, b.entries[i].version = true, a.clock.Next()
-			if err := a.writeBucket(ctx, b); err != nil {
+			if err := a.writeBucket(ctx, b, key); err != nil {
 				return err
 			}
 			if err := a.storeValue(ctx, key, value, m, c); err != nil {
 				return err
 			}
 			b.entries = append(b.entries[:i], b.entries[i+1:]...)
-			return a.writeBucket(ctx, b)
+			return a.writeBucket(ctx, b, key)
 		}
 		return a.storeValue(ctx, key, value, m, c)
 	})
@@ -431,7 +434,7 @@ func (a *Array) removeTiny(ctx context.Context, key []byte) error {
 		}
 		if i := findEntry(b.entries, key); i >= 0 {
 			b.entries = append(b.entries[:i], b.entries[i+1:]...)
-			return a.writeBucket(ctx, b)
+			return a.writeBucket(ctx, b, key)
 		}
 		return a.removeValue(ctx, key)
 	})
@@ -457,35 +460,58 @@ func (a *Array) repairTiny(ctx context.Context, key []byte) (n int, found bool, 
 	return n, found, err
 }
 
-// tinyKeys returns the keys with prefix that buckets hold, reading every
-// bucket under its turn.
+// tinyKeys returns the keys with prefix that buckets hold, from the
+// listing index (built by reading every bucket on first use).
 func (a *Array) tinyKeys(ctx context.Context, prefix []byte) ([][]byte, error) {
-	var out [][]byte
+	return a.tinyKeysAfter(ctx, prefix, nil, 0)
+}
+
+// tinyKeysAfter returns, in ascending order, at most count (0: all) keys
+// with prefix past after that buckets hold.
+func (a *Array) tinyKeysAfter(ctx context.Context, prefix, after []byte, count int) ([][]byte, error) {
+	for range 3 {
+		if keys, ok := a.tiny.index.list(prefix, after, count); ok {
+			return keys, nil
+		}
+		if err := a.buildTinyIndex(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("keys: tiny buckets' writes keep failing while their keys are listed: %w", ErrUnavailable)
+}
+
+// buildTinyIndex reads every bucket, each under its turn, into the
+// listing index. Writers keep the index current from the moment the build
+// starts (a bucket's changes and its read are serialised by its turn),
+// so the index is exact once every bucket has been read, unless a bucket
+// write failed meanwhile (the build starts over at the next listing).
+func (a *Array) buildTinyIndex(ctx context.Context) error {
+	x := &a.tiny.index
+	gen := x.start()
 	for b := range a.tiny.buckets {
 		bk := bucketKey(b)
 		tk, err := a.locks.Lock(ctx, bk)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		v, err := a.retrieveValue(ctx, bk)
+		var es []tinyEntry
+		if err == nil {
+			es, err = decodeBucket(v)
+		}
+		if err == nil {
+			x.addAll(es)
+		}
 		tk.Release()
 		switch {
 		case errors.Is(err, ErrNotFound):
-			continue
 		case err != nil:
-			return nil, fmt.Errorf("keys: tiny bucket %d: %w", b, err)
-		}
-		es, err := decodeBucket(v)
-		if err != nil {
-			return nil, fmt.Errorf("keys: tiny bucket %d: %w", b, err)
-		}
-		for _, e := range es {
-			if bytes.HasPrefix(e.key, prefix) {
-				out = append(out, bytes.Clone(e.key))
-			}
+			x.drop()
+			return fmt.Errorf("keys: tiny bucket %d: %w", b, err)
 		}
 	}
-	return out, nil
+	x.finish(gen)
+	return nil
 }
 
 // tinyKey reports whether key may have a tiny value: the array has tiny

@@ -8,7 +8,12 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/device/faultdev"
+	"github.com/kvarray/kvarray/device/mem"
 
 	"github.com/kvarray/kvarray/format"
 )
@@ -213,7 +218,7 @@ func TestTinyMoveCutShort(t *testing.T) {
 			_, err := r.a.run(ctx, k, "test", func() ([]byte, error) {
 				return nil, r.a.withBucket(ctx, k, func(b *bucket) error {
 					b.entries = append(b.entries, tinyEntry{key: k, val: tiny, moving: true, version: r.a.clock.Next()})
-					return r.a.writeBucket(ctx, b)
+					return r.a.writeBucket(ctx, b, k)
 				})
 			})
 			if err != nil {
@@ -261,7 +266,7 @@ func TestTinyGeometryIsFixed(t *testing.T) {
 	r.opts = []Option{quietMechanisms(), WithTiny(Tiny{Max: 999, Buckets: 77})}
 	r.reopen()
 	if r.a.tiny.max != 32 || r.a.tiny.buckets != 4 {
-		t.Fatalf("reopened with tiny %+v, want the header's 32 B in 4 buckets", *r.a.tiny)
+		t.Fatalf("reopened with tiny values up to %d bytes in %d buckets, want the header's 32 B in 4 buckets", r.a.tiny.max, r.a.tiny.buckets)
 	}
 	r.mustRead("a", []byte("tiny"))
 	if err := r.a.Store(ctx, bucketKey(0), []byte("x")); !errors.Is(err, ErrReservedKey) {
@@ -338,4 +343,71 @@ func tinyCrashWorkload(rng *rand.Rand, n int) []crashOp {
 		}
 	}
 	return ops
+}
+
+// TestTinyListingAfterFailedWrites: bucket writes that fail (three
+// devices refuse stores, beyond Packing's tolerance, while reads work)
+// leave their keys' presence unknown; the listing index is dropped and
+// rebuilt, so the listing still lists exactly the keys that read back.
+func TestTinyListingAfterFailedWrites(t *testing.T) {
+	var refuse atomic.Bool
+	var devs []device.Device
+	for i := range 6 {
+		m := mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)))
+		devs = append(devs, faultdev.Wrap(m, faultdev.InjectorFunc(func(op faultdev.Op) error {
+			if op.Kind == device.OpStore && i%2 == 0 && refuse.Load() {
+				return fmt.Errorf("refused: %w", device.ErrNoSpace)
+			}
+			return nil
+		})))
+	}
+	a, err := Create(ctx, devs, tinyOpts(2)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for i := range 10 {
+		if err := a.Store(ctx, []byte(fmt.Sprint("key-", i)), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Keys(ctx, nil); err != nil { // builds the index
+		t.Fatal(err)
+	}
+	refuse.Store(true)
+	failed := 0
+	for i := 5; i < 15; i++ {
+		k := []byte(fmt.Sprint("key-", i))
+		var err error
+		if i < 10 {
+			err = a.Delete(ctx, k)
+		} else {
+			err = a.Store(ctx, k, []byte("w"))
+		}
+		if err != nil {
+			failed++
+		}
+	}
+	refuse.Store(false)
+	if failed == 0 {
+		t.Fatal("no write failed with three devices refusing stores")
+	}
+	var want []string
+	for i := range 15 {
+		k := fmt.Sprint("key-", i)
+		if _, err := a.Retrieve(ctx, []byte(k)); err == nil {
+			want = append(want, k)
+		} else if !errors.Is(err, ErrNotFound) {
+			t.Fatalf("%s: %v", k, err)
+		}
+	}
+	slices.Sort(want)
+	t.Logf("%d writes failed; keys that read back: %q", failed, want)
+	keys, err := a.Keys(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strs(keys); !slices.Equal(got, want) {
+		t.Fatalf("keys %q, want %q (%d writes failed)", got, want, failed)
+	}
 }
