@@ -45,12 +45,13 @@ func TestMeasureTinyOverhead(t *testing.T) {
 	buckets := max(1, n*47/bucketBytes)
 	mechs := WithMechanisms(packing.New(k, 2, 0), replication.New(3))
 	for _, tc := range []struct {
-		name string
-		opts []Option
+		name  string
+		opts  []Option
+		scrub int // rounds of scrub --repair to measure after
 	}{
-		{fmt.Sprintf("tiny (%d buckets, packing %d+2)", buckets, k), []Option{mechs, WithDefault("replication"), WithTiny(Tiny{Max: 64, Buckets: buckets})}},
-		{"replication 3", []Option{mechs, WithDefault("replication")}},
-		{fmt.Sprintf("packing %d+2", k), []Option{mechs, WithDefault("packing")}},
+		{fmt.Sprintf("tiny (%d buckets, packing %d+2)", buckets, k), []Option{mechs, WithDefault("replication"), WithTiny(Tiny{Max: 64, Buckets: buckets})}, 1},
+		{"replication 3", []Option{mechs, WithDefault("replication")}, 0},
+		{fmt.Sprintf("packing %d+2", k), []Option{mechs, WithDefault("packing")}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, devs, tc.opts...)
@@ -96,7 +97,7 @@ func TestMeasureTinyOverhead(t *testing.T) {
 				tc.name, n, user, used, keys, float64(used)/float64(user), load.Round(time.Millisecond), float64(n)/load.Seconds())
 			// Scrub regroups Packing's sparse sets (those that lost
 			// half their members: buckets that grew moved out of them).
-			for round := 1; round <= 2; round++ {
+			for round := 1; round <= tc.scrub; round++ {
 				start = time.Now()
 				if _, err := r.a.Scrub(context.Background(), true, WithWorkers(64)); err != nil {
 					t.Fatal(err)
