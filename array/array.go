@@ -18,6 +18,11 @@
 //   - A value larger than what the mechanism holds on one device is stored
 //     as several splits with the same mechanism; split 0's header gives the
 //     split count, and the store that shrinks a value removes the excess.
+//   - On an array created WithTiny, a value up to the tiny size is instead
+//     an entry of bucket hash(key) mod buckets, and the bucket is itself an
+//     array value stored with Packing (tiny.go): a key's value is in its
+//     bucket or in its own pieces, and an entry not flagged as moving
+//     proves it has no pieces of its own.
 package array
 
 import (
