@@ -51,7 +51,7 @@ func TestMeasureTinyOverhead(t *testing.T) {
 	}{
 		{fmt.Sprintf("tiny (%d buckets, packing %d+2)", buckets, k), []Option{mechs, WithDefault("replication"), WithTiny(Tiny{Max: 64, Buckets: buckets})}, 1},
 		{"replication 3", []Option{mechs, WithDefault("replication")}, 0},
-		{fmt.Sprintf("packing %d+2", k), []Option{mechs, WithDefault("packing")}, 1},
+		{fmt.Sprintf("packing %d+2", k), []Option{mechs, WithDefault("packing")}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, devs, tc.opts...)
