@@ -34,7 +34,6 @@ import (
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/format"
-	"github.com/kvarray/kvarray/internal/hlc"
 	"github.com/kvarray/kvarray/internal/keylock"
 	"github.com/kvarray/kvarray/mechanism"
 )
@@ -162,7 +161,6 @@ type Array struct {
 	def      mechanism.Mechanism
 	maxWidth int
 	locks    *keylock.Table
-	clock    hlc.Clock
 	async    chan struct{} // semaphore bounding async operations
 	reasonMu sync.Mutex
 	reasons  []error // why each device was failed at open; guarded by reasonMu
@@ -284,7 +282,8 @@ func Create(ctx context.Context, devs []device.Device, opts ...Option) (*Array, 
 	if err != nil {
 		return nil, fmt.Errorf("array: create: %w", err)
 	}
-	a.hdr = header{id: newID(), n: len(devs), flags: flagBanked, epoch: 1, vec: make([]uint64, len(devs)), weights: weights}
+	a.hdr = header{id: newID(), n: len(devs), flags: flagBanked, epoch: 1, vec: make([]uint64, len(devs)), weights: weights,
+		clock: a.env.Clock().Lease(leaseSpan)}
 	if err := a.setPlacement(); err != nil {
 		return nil, fmt.Errorf("array: create: %w", err)
 	}
@@ -326,6 +325,9 @@ func Open(ctx context.Context, devs []device.Device, opts ...Option) (*Array, er
 		return nil, fmt.Errorf("array: open: %w", err)
 	}
 	a.hdr, a.reasons = h, reasons
+	// Before anything issues a version: past every one an earlier
+	// process issued (see the clock lease in header.go).
+	a.env.Clock().Observe(h.clock)
 	if err := a.setPlacement(); err != nil {
 		return nil, fmt.Errorf("array: open: %w", err)
 	}
@@ -341,7 +343,7 @@ func Open(ctx context.Context, devs []device.Device, opts ...Option) (*Array, er
 	if err := a.env.LoadRecords(ctx); err != nil {
 		return nil, fmt.Errorf("array: open: resync records: %w", err)
 	}
-	a.advanceEpoch(ctx)
+	a.advanceEpoch(ctx, a.env.Clock().Lease(leaseSpan))
 	a.startBackground()
 	return a, nil
 }
@@ -409,7 +411,8 @@ func (a *Array) Close() error {
 	a.closeMu.Unlock()
 	a.haltOnce.Do(a.halt)
 	// A copy of a device taken while the array ran is older than this.
-	a.advanceEpoch(context.Background())
+	// Nothing issues versions any more: the lease comes down to the last.
+	a.advanceEpoch(context.Background(), a.env.Clock().Last()+1)
 	var errs []error
 	for i := range a.env.N() {
 		if err := a.env.Device(i).Close(); err != nil {
@@ -549,8 +552,23 @@ func (a *Array) Mechanism(n int) string {
 	return m.Name()
 }
 
-// startBackground starts the automatic resync, when configured.
+// startBackground starts the clock lease's renewal and the automatic
+// resync, when configured.
 func (a *Array) startBackground() {
+	a.bg.Add(1)
+	go func() {
+		defer a.bg.Done()
+		t := time.NewTicker(leaseSpan / 8)
+		defer t.Stop()
+		for {
+			select {
+			case <-a.stop:
+				return
+			case <-t.C:
+				a.renewLease(context.Background())
+			}
+		}
+	}()
 	if a.o.autoResync <= 0 {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/format"
@@ -27,8 +28,11 @@ import (
 //	         own header to hold
 //	29+8·N   8·N  per device, its placement weight (weighted arrays
 //	              only, see placement.go; absent: unweighted placement)
-//	end-8    8    tiny values (flagTiny only, see tiny.go): largest tiny
-//	              value (4 bytes), bucket count (4 bytes)
+//	end-16   8    tiny values (flagTiny only, see tiny.go): largest tiny
+//	              value (4 bytes), bucket count (4 bytes); the last 8
+//	              bytes without a clock lease
+//	last     8    clock lease (flagClock only): a version the process
+//	              that wrote it issues none at or above
 //
 // The position makes the circular device order part of the array's
 // identity: placement depends on it, so a shuffled order must be refused.
@@ -45,6 +49,17 @@ import (
 // and must be replaced and rebuilt. A device that was merely down keeps
 // the epoch the others recorded for it and is resynced from the records
 // as before. Headers of 21 bytes (before epochs) read as epoch 0.
+//
+// The clock lease keeps versions moving forward across processes. The
+// version clock (mechanism.Env.Clock) follows the wall clock, which may
+// stand still across a quick restart or go back (a VM migrated, NTP),
+// and an older version must never win over a newer one: a piece, a
+// Packing set's parity and its log entries are ordered by version, and
+// Packing's logged updates do not read the parity they chain to. So open
+// observes the greatest lease any header holds before anything issues a
+// version, and writes a new lease, leaseSpan ahead, renewed in the
+// background while the array runs (Array.renewLease) and brought down to
+// the last version issued at close.
 //
 // The weights are written at creation and never change: placement depends
 // on them as on the order. Code from before weights reads a weighted
@@ -68,14 +83,21 @@ const (
 	// no loss (Hashing). Until then, a key no answering device holds
 	// while its primary is down is known to be absent.
 	flagUnprotected = 1 << 3
+	// flagClock: the header ends with a clock lease. Per header, not
+	// array-wide.
+	flagClock = 1 << 4
 	// flagTiny: values up to a size live in buckets (tiny.go); the
-	// header ends with the tiny geometry, which never changes. Code from
+	// header holds the tiny geometry, which never changes. Code from
 	// before tiny values reads such a header as corrupt (its length does
 	// not match), so it refuses the array rather than miss its values.
-	flagTiny = 1 << 4
+	flagTiny = 1 << 5
 )
 
-// tinyTrailerLen is the tiny geometry's size at the end of the header.
+// leaseSpan is how far ahead of the clock a lease is written; it is
+// renewed once the clock is within half of it.
+const leaseSpan = time.Minute
+
+// tinyTrailerLen is the tiny geometry's size in the header.
 const tinyTrailerLen = 8
 
 // ID identifies an array.
@@ -96,6 +118,8 @@ type header struct {
 	// tiny geometry (flagTiny): values of at most tinyMax bytes live in
 	// tinyBuckets buckets
 	tinyMax, tinyBuckets uint32
+	// clock: a version lease (see the layout); 0 in headers from before.
+	clock uint64
 }
 
 // ErrStaleCopy: a device holds an older copy of its contents than the
@@ -121,6 +145,10 @@ func (h header) encode() []byte {
 		p = binary.LittleEndian.AppendUint32(p, h.tinyMax)
 		p = binary.LittleEndian.AppendUint32(p, h.tinyBuckets)
 	}
+	if h.clock != 0 {
+		p[20] |= flagClock
+		p = binary.LittleEndian.AppendUint64(p, h.clock)
+	}
 	fh := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(p)), ObjectLen: uint64(len(p))}
 	return format.Encode(&fh, p)
 }
@@ -137,8 +165,15 @@ func decodeHeader(b []byte) (header, error) {
 	copy(h.id[:], v.Payload)
 	h.n = int(binary.LittleEndian.Uint16(v.Payload[16:]))
 	h.pos = int(binary.LittleEndian.Uint16(v.Payload[18:]))
-	h.flags = v.Payload[20]
+	h.flags = v.Payload[20] &^ flagClock
 	rest := v.Payload[headerPayloadLen:]
+	if v.Payload[20]&flagClock != 0 {
+		if len(rest) < 8 {
+			return header{}, fmt.Errorf("%w: array header of %d bytes with a clock lease", format.ErrCorrupt, len(v.Payload))
+		}
+		h.clock = binary.LittleEndian.Uint64(rest[len(rest)-8:])
+		rest = rest[:len(rest)-8]
+	}
 	if h.flags&flagTiny != 0 {
 		if len(rest) < tinyTrailerLen {
 			return header{}, fmt.Errorf("%w: array header of %d bytes with tiny values", format.ErrCorrupt, len(v.Payload))
@@ -237,6 +272,7 @@ func verifyHeaders(ctx context.Context, env *mechanism.Env) (header, []error, er
 				arr.tinyMax, arr.tinyBuckets = hs[i].tinyMax, hs[i].tinyBuckets
 			}
 			arr.epoch = max(arr.epoch, hs[i].epoch)
+			arr.clock = max(arr.clock, hs[i].clock)
 			for j, e := range hs[i].vec {
 				arr.vec[j] = max(arr.vec[j], e)
 			}
@@ -294,11 +330,14 @@ func verifyHeaders(ctx context.Context, env *mechanism.Env) (header, []error, er
 // advanceEpoch moves the array to a new epoch, written to every device
 // not failed (see the layout above). Devices that miss it are failed by
 // the write, and keep the older epoch the others record for them.
-func (a *Array) advanceEpoch(ctx context.Context) {
+//
+// It writes lease as the headers' clock lease.
+func (a *Array) advanceEpoch(ctx context.Context, lease uint64) {
 	a.hdrMu.Lock()
 	defer a.hdrMu.Unlock()
 	h := a.hdr
 	h.epoch++
+	h.clock = lease
 	h.vec = slices.Clone(h.vec)
 	if h.vec == nil {
 		h.vec = make([]uint64, a.env.N())
@@ -319,6 +358,28 @@ func (a *Array) advanceEpoch(ctx context.Context) {
 	}
 	_ = writeHeaders(ctx, a.env, h, took)
 	a.hdr = h
+}
+
+// renewLease writes a new clock lease, leaseSpan ahead, once the clock is
+// within half a span of the current one. A device that misses it keeps
+// an older lease, which is fine: open takes the greatest.
+func (a *Array) renewLease(ctx context.Context) {
+	a.hdrMu.Lock()
+	defer a.hdrMu.Unlock()
+	if a.env.Clock().Lease(leaseSpan/2) < a.hdr.clock {
+		return
+	}
+	h := a.hdr
+	h.clock = a.env.Clock().Lease(leaseSpan)
+	var up []int
+	for i := range a.env.N() {
+		if a.env.State(i) != mechanism.Failed {
+			up = append(up, i)
+		}
+	}
+	if writeHeaders(ctx, a.env, h, up) == nil {
+		a.hdr = h
+	}
 }
 
 // writeHeaders writes the array header to the given devices.

@@ -338,7 +338,7 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 	if prev != nil {
 		ph = prev.header()
 		prevSplits = int(ph.Splits)
-		a.clock.Observe(ph.Version)
+		a.env.Clock().Observe(ph.Version)
 	}
 	prevFor := func(s int) *mechanism.Prev {
 		p := &mechanism.Prev{Header: *ph}
@@ -347,9 +347,9 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 		}
 		return p
 	}
-	obj := mechanism.Object{Splits: uint32(n), ObjectLen: uint64(len(value)), Version: a.clock.Next()}
+	obj := mechanism.Object{Splits: uint32(n), ObjectLen: uint64(len(value)), Version: a.env.Clock().Next()}
 	for !a.versionFits(obj.Version, m, n, prev) {
-		obj.Version = a.clock.Next()
+		obj.Version = a.env.Clock().Next()
 	}
 	if rc, ok := prevM(prev).(releaseChecker); ok && prev.m != m {
 		// Refused before anything is written: the new value would
@@ -603,7 +603,7 @@ func (a *Array) retrieveValue(ctx context.Context, key []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.clock.Observe(h0.Version)
+	a.env.Clock().Observe(h0.Version)
 	if h0.Splits == 1 {
 		if uint64(len(v0)) != h0.ObjectLen {
 			return nil, fmt.Errorf("split 0 holds %d bytes of a %d-byte value in 1 split: %w", len(v0), h0.ObjectLen, format.ErrCorrupt)

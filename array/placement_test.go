@@ -71,6 +71,11 @@ func TestEvenFill(t *testing.T) {
 		{"hybrid-replication-splitting", []int64{small, small, small, small, small, small, small, small, small, small, 2 * small, small},
 			[]Option{WithMechanisms(replication.New(3), splitting.New(4, 2)), WithMode(Hybrid),
 				WithRules(Rule{Max: 8 << 10, RM: "replication"}, Rule{RM: "splitting"})}, 64, 64 << 10},
+		// kvarray init's thresholds: Packing's parities, chosen per set,
+		// follow the weights too.
+		{"hybrid-all-four", []int64{small, small, small, small, small, small, small, small, small, small, 2 * small, small},
+			[]Option{everyMechanism(), WithMode(Hybrid),
+				WithRules(Rule{Max: 8 << 10, RM: "replication"}, Rule{Max: 32 << 10, RM: "packing"}, Rule{RM: "splitting"})}, 64, 64 << 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()

@@ -157,7 +157,7 @@ func (a *Array) retrieveRanges(ctx context.Context, key []byte, rs []Range) ([][
 	if err != nil {
 		return nil, 0, err
 	}
-	a.clock.Observe(l.header().Version)
+	a.env.Clock().Observe(l.header().Version)
 	return a.rangesOf(ctx, key, rs, l)
 }
 

@@ -65,7 +65,7 @@ func TestDeviceRestoredFromOlderCopy(t *testing.T) {
 			const stale = 2
 			backup := r.contents(stale)
 			storeConcurrently(t, r.a, keys, v2)
-			r.a.advanceEpoch(ctx)
+			r.a.advanceEpoch(ctx, r.a.env.Clock().Last()+1)
 			r.restore(stale, backup)
 			r.reopen()
 			if st := r.a.DeviceState(stale); st != mechanism.Failed {

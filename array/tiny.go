@@ -401,7 +401,7 @@ func (a *Array) storeTiny(ctx context.Context, key, value []byte, m mechanism.Me
 				b.entries = append(b.entries, tinyEntry{key: key, val: value})
 				return a.writeBucket(ctx, b, key)
 			}
-			b.entries = append(b.entries, tinyEntry{key: key, val: value, moving: true, version: a.clock.Next()})
+			b.entries = append(b.entries, tinyEntry{key: key, val: value, moving: true, version: a.env.Clock().Next()})
 			if err := a.writeBucket(ctx, b, key); err != nil {
 				return err
 			}
@@ -412,7 +412,7 @@ func (a *Array) storeTiny(ctx context.Context, key, value []byte, m mechanism.Me
 			b.entries[len(b.entries)-1].version = 0
 			return a.writeBucket(ctx, b, key)
 		case i >= 0:
-			b.entries[i].moving, b.entries[i].version = true, a.clock.Next()
+			b.entries[i].moving, b.entries[i].version = true, a.env.Clock().Next()
 			if err := a.writeBucket(ctx, b, key); err != nil {
 				return err
 			}

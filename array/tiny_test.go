@@ -217,7 +217,7 @@ func TestTinyMoveCutShort(t *testing.T) {
 			r.mustStore(string(k), big)
 			_, err := r.a.run(ctx, k, "test", func() ([]byte, error) {
 				return nil, r.a.withBucket(ctx, k, func(b *bucket) error {
-					b.entries = append(b.entries, tinyEntry{key: k, val: tiny, moving: true, version: r.a.clock.Next()})
+					b.entries = append(b.entries, tinyEntry{key: k, val: tiny, moving: true, version: r.a.env.Clock().Next()})
 					return r.a.writeBucket(ctx, b, k)
 				})
 			})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvarray/kvarray/internal/hlc"
 	"sync"
 	"sync/atomic"
 
@@ -55,7 +56,14 @@ type Env struct {
 	watches  []atomic.Pointer[Watch]
 	epoch    atomic.Uint64
 	inflight [2]atomic.Int64
+	clock    hlc.Clock
 }
+
+// Clock is the array's version clock. Every version the array and its
+// mechanisms issue (piece versions, set ids, parity and log versions)
+// comes from it, so that one floor observed at open (the array header's
+// clock lease) puts them all past what an earlier process issued.
+func (e *Env) Clock() *hlc.Clock { return &e.clock }
 
 // NewEnv returns an Env over devs, whose names are used in errors. limits
 // must be the tightest limits across the devices.

@@ -2,10 +2,12 @@ package mechanism_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/device/mem"
+	"github.com/kvarray/kvarray/format"
 	"github.com/kvarray/kvarray/mechanism"
 )
 
@@ -59,5 +61,45 @@ func TestReplacedDeviceFailingMarksNothing(t *testing.T) {
 	env.MarkFailed(1, g1)
 	if st := env.State(1); st != mechanism.Healthy {
 		t.Fatalf("device 1 is %v after its predecessor's failure", st)
+	}
+}
+
+// TestRecordKeepsTwoCopies: a device that misses a write is recorded on
+// two other devices. When one of the devices the record goes to first
+// fails under its write, the next takes it, so that the record survives
+// any one holder failing. Invariant: a fresh Env over the devices that
+// answer (a restart with one holder down) still knows the miss.
+func TestRecordKeepsTwoCopies(t *testing.T) {
+	ctx := context.Background()
+	const n = 6
+	mems := make([]*mem.Device, n)
+	devs := make([]device.Device, n)
+	names := make([]string, n)
+	for i := range mems {
+		mems[i] = mem.New()
+		devs[i], names[i] = mems[i], fmt.Sprint("dev", i)
+	}
+	env := mechanism.NewEnv(devs, names, device.Limits{}.WithDefaults())
+	key := format.Key([]byte("k"), 0, format.KindData)
+	mems[3].Fail() // misses the write
+	mems[4].Fail() // the first device its record goes to, failing under it
+	err := env.Write(ctx, key, []int{3, 5, 0}, [][]byte{[]byte("a"), []byte("b"), []byte("c")}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !env.Missing(3, key) {
+		t.Fatal("the miss of device 3 is not recorded")
+	}
+	for _, down := range []int{4, 5, 0, 1} { // each possible holder down at the restart
+		again := mechanism.NewEnv(devs, names, device.Limits{}.WithDefaults())
+		for _, d := range []int{3, 4, down} {
+			again.SetState(d, mechanism.Failed)
+		}
+		if err := again.LoadRecords(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !again.Missing(3, key) {
+			t.Fatalf("with device %d down too, a restart no longer knows device 3 missed the write", down)
+		}
 	}
 }

@@ -134,7 +134,14 @@ func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool)
 	var was []int // holders of an earlier record of the key, rewritten too
 	if r, ok := e.rec.missed[dev][string(key)]; ok {
 		if r.deleted == deleted && len(r.holders) > 0 {
+			short := len(r.holders) < recordCopies
 			e.rec.mu.Unlock()
+			if short {
+				// A holder was lost (replaced) or missed the write: one
+				// copy alone would be gone with its device, and the
+				// device that missed the key would come back trusted.
+				e.copyRecord(ctx, dev, key, deleted)
+			}
 			return nil
 		}
 		was = r.holders
@@ -181,6 +188,9 @@ func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool)
 	}
 	if len(holders) == 0 {
 		return fmt.Errorf("device %d missed a write of %q: %w", dev, key, ErrNotRecorded)
+	}
+	if len(holders) < recordCopies {
+		e.copyRecord(ctx, dev, key, deleted) // a holder failed under the write: another takes it
 	}
 	return nil
 }

@@ -38,3 +38,33 @@ func (c *Clock) Observe(v uint64) {
 	defer c.mu.Unlock()
 	c.last = max(c.last, v)
 }
+
+// Lease returns a version that the clock will not reach within span of
+// wall-clock time from now, however many versions it issues meanwhile
+// (fewer than 65,536 a millisecond): a bound a process can record
+// durably so that its successor, observing it, issues only versions
+// newer than every version this one issued in that time.
+func (c *Clock) Lease(span time.Duration) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now
+	if c.now != nil {
+		now = c.now
+	}
+	return max(uint64(now().UnixMilli())<<16, c.last) + uint64(span.Milliseconds())<<16
+}
+
+// Last returns the newest version issued or observed.
+func (c *Clock) Last() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
+// SetNow replaces the wall clock the clock follows (nil: time.Now): for
+// tests of a clock that stands still or goes back.
+func (c *Clock) SetNow(now func() time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = now
+}

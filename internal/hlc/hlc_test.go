@@ -38,3 +38,23 @@ func TestClockGoingBackwards(t *testing.T) {
 		t.Fatalf("version went back: %d after %d", b, a)
 	}
 }
+
+func TestLeaseBoundsWhatIsIssued(t *testing.T) {
+	var c Clock
+	tm := time.Unix(3000, 0)
+	c.now = func() time.Time { return tm }
+	lease := c.Lease(10 * time.Second)
+	for range 100000 { // past one millisecond's logical counter
+		c.Next()
+	}
+	tm = tm.Add(9 * time.Second)
+	if v := c.Next(); v >= lease {
+		t.Fatalf("version %d issued within the lease's span reaches the lease %d", v, lease)
+	}
+	var next Clock                                            // the successor observes the lease
+	next.now = func() time.Time { return time.Unix(3000, 0) } // its wall clock went back
+	next.Observe(lease)
+	if v := next.Next(); v <= c.Last() {
+		t.Fatalf("successor issued %d, not past %d", v, c.Last())
+	}
+}

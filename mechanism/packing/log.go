@@ -42,9 +42,10 @@ package packing
 //     device's segments are loaded before any of its parities is used
 //     after an open, and a parity on a device whose segments could not be
 //     read is treated as unreadable.
-//   - Entries can also record a leave (a delta to virtual zeros); deletes
-//     do not log them yet (see detachFrom), but a leave whose member is
-//     gone already applies nothing.
+//   - An entry may record a leave (a delete, or a move to another set: a
+//     delta to virtual zeros, the member dropped from the membership). A
+//     leave whose member is gone already (retired by a repair) applies
+//     nothing.
 //   - Replay (rewriting parities with their entries applied) runs when the
 //     log holds more than logHigh bytes, after logIdle without a change,
 //     and on every repair of the set (scrub, rebuild, resync).
@@ -789,7 +790,15 @@ func (m *Mechanism) logChange(ctx context.Context, k mechanism.Key, e *logEntry,
 	errs := m.appendEntry(ctx, up, e)
 	wg.Wait()
 	if err := mechanism.Quorum(ops, 0); err != nil {
-		return fail(err)
+		// The member's device failing under its write (a hang past its
+		// time limit) is a degraded write, as for any mechanism: the
+		// entry carries the new bytes into the parities and the miss is
+		// recorded (Acknowledge), so the member reads as stale and is
+		// rebuilt from its set, provided the set, counting the member,
+		// keeps no more than r pieces bad.
+		if !errors.Is(err, device.ErrDeviceFailed) || m.patchable(&parityFields{geometry: e.g, members: roster}, -1) != nil {
+			return fail(err)
+		}
 	}
 	if err := mechanism.Quorum(errOps(up, errs), len(up)-1); err != nil {
 		if mechanism.Quorum(errOps(up, errs), len(up)) == nil {

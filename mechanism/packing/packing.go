@@ -106,7 +106,7 @@ func New(k, r int, wait time.Duration, opts ...Option) mechanism.Factory {
 			return nil, fmt.Errorf("packing: %w", err)
 		}
 		m := &Mechanism{env: env, k: k, r: r, wait: wait, codec: codec, idle: logIdle,
-			sets: keylock.New(), pending: make([][]*entry, env.N()), log: newDeltaLog(env.N())}
+			sets: keylock.New(), pending: make([][]*entry, env.N()), log: newDeltaLog(env.N()), ids: env.Clock()}
 		for _, o := range opts {
 			o(m)
 		}
@@ -123,7 +123,7 @@ type Mechanism struct {
 	k, r  int
 	wait  time.Duration
 	codec erasure.Codec
-	ids   hlc.Clock // set ids and parity versions
+	ids   *hlc.Clock // set ids and parity versions: the array's clock (Env.Clock)
 	sets  *keylock.Table
 
 	mu      sync.Mutex
@@ -306,14 +306,16 @@ func (m *Mechanism) formLocked(force int) []*entry {
 }
 
 // parityDevices picks r devices holding no member, preferring devices
-// that are not failed, starting at a point derived from the set id so that
-// parity load spreads over the devices.
+// that are not failed, in the placement's order seeded by the set id
+// (Env.Order): parity load spreads over the devices, in proportion to
+// their weights on a weighted array. The devices are recorded in the
+// members' and parities' fields, so the choice is never derived again.
 func (m *Mechanism) parityDevices(id uint64, members []int) []int {
-	n := m.env.N()
-	start := int((id * 0x9E3779B97F4A7C15) >> 33 % uint64(n))
 	var out, failed []int
-	for i := 0; len(out) < m.r && i < n; i++ {
-		d := (start + i) % n
+	for _, d := range m.env.Order(id) {
+		if len(out) == m.r {
+			break
+		}
 		switch {
 		case slices.Contains(members, d):
 		case m.env.State(d) == mechanism.Failed:
@@ -1028,12 +1030,20 @@ func (m *Mechanism) detachFrom(ctx context.Context, k mechanism.Key, f memberFie
 		return err
 	}
 	defer tk.Release()
-	// A leave patches the parities in place (read, then write them).
-	// Logged like an update (a delta to virtual zeros), a deleted member
-	// was found readable again under device faults (internal/lincheck):
-	// in 4 of 4 runs, and in 1 of 4 once Replay recorded the parities it
-	// could not fold as stale. Deletes stay in place until the rest is
-	// understood.
+	// A leave is logged as an update to virtual zeros: the delta is the
+	// old bytes, and the entry drops the member from the membership. No
+	// parity is read or written; Replay folds it (and deletes a set it
+	// empties).
+	if ok {
+		e := &logEntry{g: f.geometry, slot: f.slot, from: old.Version, leave: true,
+			mb: member{slot: f.slot, dev: k.Primary, key: slices.Clone(k.User), split: k.Split}, delta: slices.Clone(old.Payload)}
+		if done, err := m.logChange(ctx, k, e, f.roster, nil); done {
+			return err
+		}
+	}
+	// Not logged (the old bytes unknown, no parity device up, an entry
+	// too large for a segment): the parities are patched in place (read,
+	// then written).
 	pars := m.readParities(ctx, f.geometry)
 	var newPar [][]byte
 	var pf parityFields
@@ -1589,6 +1599,18 @@ func (m *Mechanism) noteEntry(e *logEntry) {
 	}
 }
 
+// knownSet returns set id's geometry and membership from the index, if
+// it is built and knows the set.
+func (m *Mechanism) knownSet(id uint64) (parityFields, bool) {
+	m.idxMu.Lock()
+	defer m.idxMu.Unlock()
+	if m.index == nil {
+		return parityFields{}, false
+	}
+	s, ok := m.index.sets[id]
+	return s.f, ok
+}
+
 // Sets returns how many sets this process formed.
 func (m *Mechanism) Sets() int64 { return m.sets1.Load() }
 
@@ -1690,9 +1712,26 @@ func (m *Mechanism) RepairKey(ctx context.Context, key []byte) (bool, error) {
 			}
 		}
 	}
+	if g == nil && !deleted {
+		// The set as this process last knew it (the index, kept current
+		// with what it writes): its membership is a roster of candidates.
+		if f, ok := m.knownSet(id); ok {
+			g, roster = &f.geometry, f.members
+		}
+	}
+	if g == nil && !deleted {
+		// Nothing says the set was deleted, and a device that is down
+		// may hold its parities: deleting the leftovers now would drop
+		// the only record that this device misses one. Wait for it.
+		for d := 0; d < m.env.N(); d++ {
+			if m.env.State(d) == mechanism.Failed {
+				return true, fmt.Errorf("packing: repair set %x: no parity of it is readable while device %d is down: %w", id, d, device.ErrDeviceFailed)
+			}
+		}
+	}
 	if g == nil {
-		// No parity of the set is left anywhere that answers: delete
-		// whatever a stale device still holds under the key.
+		// No parity of the set is left anywhere: delete whatever a
+		// stale device still holds under the key.
 		var ops []mechanism.Op
 		for d := 0; d < m.env.N(); d++ {
 			if m.env.State(d) != mechanism.Failed {
