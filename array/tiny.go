@@ -17,10 +17,11 @@ package array
 //
 // Bucket payload: a format byte (1), then entries, each
 //
-//	flags (1 byte: bit 0 moving) ‖ [version (8 bytes, moving only)] ‖
-//	key length (uvarint) ‖ value length (uvarint) ‖ key ‖ value
+//	uvarint(key length << 1 | moving) ‖ [version (8 bytes, moving only)] ‖
+//	uvarint(value length) ‖ key ‖ value
 //
-// so an entry costs 3 bytes beyond its key and value.
+// so an entry of a key under 64 bytes and a value under 128 costs 2 bytes
+// beyond its key and value.
 //
 // Moving between tiny and not tiny. A key has its value in one place: its
 // bucket's entry or its own pieces (the "big" value). The invariant that
@@ -177,25 +178,28 @@ type tinyEntry struct {
 }
 
 const (
-	bucketFormat    = 1
+	bucketFormat = 1
+	// tinyEntryMoving is bit 0 of an entry's first uvarint, the key
+	// length the bits above it.
 	tinyEntryMoving = 1 << 0
 )
 
 func encodeBucket(es []tinyEntry) []byte {
 	n := 1
 	for _, e := range es {
-		n += 1 + 8 + 2*binary.MaxVarintLen32 + len(e.key) + len(e.val)
+		n += 8 + 2*binary.MaxVarintLen64 + len(e.key) + len(e.val)
 	}
 	b := make([]byte, 1, n)
 	b[0] = bucketFormat
 	for _, e := range es {
+		head := uint64(len(e.key)) << 1
 		if e.moving {
-			b = append(b, tinyEntryMoving)
-			b = binary.BigEndian.AppendUint64(b, e.version)
-		} else {
-			b = append(b, 0)
+			head |= tinyEntryMoving
 		}
-		b = binary.AppendUvarint(b, uint64(len(e.key)))
+		b = binary.AppendUvarint(b, head)
+		if e.moving {
+			b = binary.BigEndian.AppendUint64(b, e.version)
+		}
 		b = binary.AppendUvarint(b, uint64(len(e.val)))
 		b = append(b, e.key...)
 		b = append(b, e.val...)
@@ -217,22 +221,18 @@ func decodeBucket(b []byte) ([]tinyEntry, error) {
 	p := b[1:]
 	for len(p) > 0 {
 		var e tinyEntry
-		flags := p[0]
-		p = p[1:]
-		if flags&^tinyEntryMoving != 0 {
-			return nil, bad("unknown entry flags")
+		head, n := binary.Uvarint(p)
+		if n <= 0 {
+			return nil, bad("bad key length")
 		}
-		if e.moving = flags&tinyEntryMoving != 0; e.moving {
+		p = p[n:]
+		kl := head >> 1
+		if e.moving = head&tinyEntryMoving != 0; e.moving {
 			if len(p) < 8 {
 				return nil, bad("truncated entry")
 			}
 			e.version, p = binary.BigEndian.Uint64(p), p[8:]
 		}
-		kl, n := binary.Uvarint(p)
-		if n <= 0 {
-			return nil, bad("bad key length")
-		}
-		p = p[n:]
 		vl, n := binary.Uvarint(p)
 		if n <= 0 {
 			return nil, bad("bad value length")

@@ -41,8 +41,8 @@ func TestMeasureTinyOverhead(t *testing.T) {
 		devs, _ = strconv.Atoi(s)
 		k = devs - 2
 	}
-	// Entries average 3 + 24 + 20 bytes.
-	buckets := max(1, n*47/bucketBytes)
+	// Entries average 2 + 24 + 20 bytes.
+	buckets := max(1, n*46/bucketBytes)
 	mechs := WithMechanisms(packing.New(k, 2, 0), replication.New(3))
 	for _, tc := range []struct {
 		name  string

@@ -320,7 +320,7 @@ func TestBucketEncoding(t *testing.T) {
 		t.Fatalf("decoded %+v, %v", got, err)
 	}
 	for n := 2; n < len(b); n++ {
-		if _, err := decodeBucket(b[:n]); n != 1+1+1+1+2 && !errors.Is(err, format.ErrCorrupt) {
+		if _, err := decodeBucket(b[:n]); n != 1+1+1+2 && !errors.Is(err, format.ErrCorrupt) {
 			t.Fatalf("truncated to %d bytes: %v", n, err)
 		}
 	}
