@@ -139,7 +139,9 @@ func WithMaxValue(n int64) Option { return func(o *options) { o.maxValue = n } }
 // WithAutoResync has the array probe its failed devices every interval
 // and resync each one that answers again with its header intact (a device
 // that was only unreachable), so that it catches up from its resync
-// record without an operator. 0 (the default) disables it.
+// record without an operator; and compact, at the same interval, the
+// Packing sets that deletes thinned (see compact). 0 (the default)
+// disables both.
 func WithAutoResync(interval time.Duration) Option {
 	return func(o *options) { o.autoResync = interval }
 }
@@ -555,46 +557,37 @@ func (a *Array) Mechanism(n int) string {
 // startBackground starts the clock lease's renewal and the automatic
 // resync, when configured.
 func (a *Array) startBackground() {
-	a.bg.Add(1)
-	go func() {
-		defer a.bg.Done()
-		t := time.NewTicker(leaseSpan / 8)
-		defer t.Stop()
-		for {
-			select {
-			case <-a.stop:
-				return
-			case <-t.C:
-				a.renewLease(context.Background())
-			}
-		}
-	}()
-	if a.o.autoResync <= 0 {
-		return
+	a.every(leaseSpan/8, func() { a.renewLease(context.Background()) })
+	if a.o.autoResync > 0 {
+		a.every(a.o.autoResync, func() {
+			a.resyncReturned()
+			a.compact()
+		})
 	}
+}
+
+// every runs fn every interval until the array stops.
+func (a *Array) every(interval time.Duration, fn func()) {
 	a.bg.Add(1)
 	go func() {
 		defer a.bg.Done()
-		t := time.NewTicker(a.o.autoResync)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
 			case <-a.stop:
 				return
 			case <-t.C:
-				a.resyncReturned()
+				fn()
 			}
 		}
 	}()
 }
 
-// resyncReturned resyncs every failed device that answers again, and
-// finishes the resync of devices that still have keys to catch up on
-// (degraded-behind: a resync that could not repair every key, or records
-// found at open).
-func (a *Array) resyncReturned() {
+// untilStop returns a context that ends when the array stops (Close), for
+// background work.
+func (a *Array) untilStop() (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	go func() {
 		select {
 		case <-a.stop:
@@ -602,6 +595,54 @@ func (a *Array) resyncReturned() {
 		case <-ctx.Done():
 		}
 	}()
+	return ctx, cancel
+}
+
+// thinner is implemented by mechanisms whose deletes and moves leave
+// groups of values sparse (Packing's sets): Thinned returns, and forgets,
+// the keys of the values left in groups that lost members.
+type thinner interface{ Thinned() [][]byte }
+
+// compact repairs, one at a time under its key's lock, the keys the
+// mechanisms report in thinned groups: Packing's repair moves a member of
+// a set that has lost half its members or more into a new set, so that
+// sparse sets (r parities for few members) empty out and go without a
+// scrub. A regroup needs every device: on an impaired array the keys are
+// left for the next scrub.
+func (a *Array) compact() {
+	ctx, cancel := a.untilStop()
+	defer cancel()
+	for _, m := range a.mechs {
+		t, ok := m.(thinner)
+		if !ok {
+			continue
+		}
+		for _, k := range t.Thinned() {
+			if ctx.Err() != nil || a.impaired() {
+				return
+			}
+			_, _ = a.Repair(ctx, k)
+		}
+	}
+}
+
+// impaired reports whether a device is not healthy.
+func (a *Array) impaired() bool {
+	for i := range a.env.N() {
+		if a.env.State(i) != mechanism.Healthy {
+			return true
+		}
+	}
+	return false
+}
+
+// resyncReturned resyncs every failed device that answers again, and
+// finishes the resync of devices that still have keys to catch up on
+// (degraded-behind: a resync that could not repair every key, or records
+// found at open).
+func (a *Array) resyncReturned() {
+	ctx, cancel := a.untilStop()
+	defer cancel()
 	for i := 0; i < a.env.N(); i++ {
 		behind := a.env.State(i) == mechanism.Healthy && a.env.MissedCount(i) > 0
 		if a.env.State(i) != mechanism.Failed && !behind {

@@ -342,12 +342,7 @@ func (a *Array) advanceEpoch(ctx context.Context, lease uint64) {
 	if h.vec == nil {
 		h.vec = make([]uint64, a.env.N())
 	}
-	var up []int
-	for i := range a.env.N() {
-		if a.env.State(i) != mechanism.Failed {
-			up = append(up, i)
-		}
-	}
+	up := a.upDevices()
 	_ = writeHeaders(ctx, a.env, h, up)
 	var took []int
 	for _, i := range up {
@@ -371,15 +366,21 @@ func (a *Array) renewLease(ctx context.Context) {
 	}
 	h := a.hdr
 	h.clock = a.env.Clock().Lease(leaseSpan)
+	up := a.upDevices()
+	if writeHeaders(ctx, a.env, h, up) == nil {
+		a.hdr = h
+	}
+}
+
+// upDevices lists the devices not marked failed.
+func (a *Array) upDevices() []int {
 	var up []int
 	for i := range a.env.N() {
 		if a.env.State(i) != mechanism.Failed {
 			up = append(up, i)
 		}
 	}
-	if writeHeaders(ctx, a.env, h, up) == nil {
-		a.hdr = h
-	}
+	return up
 }
 
 // writeHeaders writes the array header to the given devices.

@@ -508,12 +508,7 @@ func (a *Array) markFlag(ctx context.Context, flag byte, what string) error {
 	// and a device that misses it gets it with the next epoch (Open,
 	// Close, Resync): so the flag needs as many devices as a write of
 	// any mechanism needs to survive two losses, not every device.
-	var up []int
-	for i := range a.env.N() {
-		if a.env.State(i) != mechanism.Failed {
-			up = append(up, i)
-		}
-	}
+	up := a.upDevices()
 	err := writeHeaders(ctx, a.env, h, up)
 	took := 0
 	for _, i := range up {

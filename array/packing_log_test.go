@@ -2,6 +2,7 @@ package array
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -74,16 +75,7 @@ func everyPairReads(t *testing.T, r *rig, live map[string][]byte, when string) {
 func TestPackingLoggedUpdates(t *testing.T) {
 	r := packingRig(t, 20*time.Millisecond)
 	rng := newRand(t)
-	keys := balancedKeys(r, 96)
-	vals := make([][]byte, len(keys))
-	for i := range vals {
-		vals[i] = randBytes(rng, 1000+rng.IntN(3000))
-	}
-	storeConcurrently(t, r.a, keys, vals)
-	live := map[string][]byte{}
-	for i, k := range keys {
-		live[k] = vals[i]
-	}
+	keys, live := storePacked(t, r, rng, 96)
 
 	// Updates no larger than the set's shard: each stays in its set.
 	r.resetStats()
@@ -149,24 +141,8 @@ func TestPackingLoggedUpdates(t *testing.T) {
 	checkSetsDistinctDevices(t, r)
 	// The deletes left sets with half their members or fewer: the scrub
 	// moved those members to new sets (regroup), so none is left.
-	members := map[uint64]int{}
-	formed := map[uint64]int{}
-	for k := range live {
-		v, err := r.piece(r.a.primary([]byte(k), 0), k, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		set, n, err := packing.MemberOf(v)
-		if err != nil {
-			t.Fatalf("%q: %v", k, err)
-		}
-		members[set]++
-		formed[set] = n
-	}
-	for set, n := range members {
-		if formed[set] > 1 && 2*n <= formed[set] {
-			t.Errorf("set %x keeps %d of the %d members it was formed with after scrub --repair", set, n, formed[set])
-		}
+	if sparse := sparseSets(t, r, live); len(sparse) > 0 {
+		t.Errorf("after scrub --repair: %v", sparse)
 	}
 	// No set is left empty.
 	eachParity(t, r, func(d int, k []byte, members, _ []int) {
@@ -187,16 +163,11 @@ func TestPackingLoggedUpdates(t *testing.T) {
 func TestVersionsPassARestartWhoseClockWentBack(t *testing.T) {
 	r := packingRig(t, 20*time.Millisecond)
 	rng := newRand(t)
-	keys := balancedKeys(r, 24)
-	vals := make([][]byte, len(keys))
-	for i := range vals {
-		vals[i] = randBytes(rng, 1000+rng.IntN(3000))
-	}
-	storeConcurrently(t, r.a, keys, vals)
+	keys, live := storePacked(t, r, rng, 24)
 	r.reopen()
 	back := time.Now().Add(-time.Hour)
 	r.a.env.Clock().SetNow(func() time.Time { return back })
-	live := map[string][]byte{}
+	vals := make([][]byte, len(keys))
 	for i, k := range keys {
 		vals[i] = randBytes(rng, 200+rng.IntN(800)) // stays in its set: logged
 		live[k] = vals[i]
@@ -249,14 +220,7 @@ func packedUpdateWithPrimaryDown(t *testing.T, known bool) {
 	r.a = a
 	t.Cleanup(func() { _ = r.a.Close() })
 	rng := newRand(t)
-	keys := balancedKeys(r, 24)
-	live := map[string][]byte{}
-	vals := make([][]byte, len(keys))
-	for i := range vals {
-		vals[i] = randBytes(rng, 1000+rng.IntN(3000))
-		live[keys[i]] = vals[i]
-	}
-	storeConcurrently(t, r.a, keys, vals)
+	keys, live := storePacked(t, r, rng, 24)
 	const down = 3
 	if known {
 		r.mems[down].Fail()
@@ -345,4 +309,79 @@ func TestResyncWaitsForASetItCannotRead(t *testing.T) {
 		return
 	}
 	t.Fatal("no device failed under the set's parity write: the test set nothing up")
+}
+
+// storePacked stores n values of 1,000 to 4,000 random bytes under
+// balanced keys (see balancedKeys) and returns the keys and the values
+// they hold.
+func storePacked(t *testing.T, r *rig, rng *rand.Rand, n int) ([]string, map[string][]byte) {
+	t.Helper()
+	keys := balancedKeys(r, n)
+	vals := make([][]byte, len(keys))
+	live := map[string][]byte{}
+	for i := range vals {
+		vals[i] = randBytes(rng, 1000+rng.IntN(3000))
+		live[keys[i]] = vals[i]
+	}
+	storeConcurrently(t, r.a, keys, vals)
+	return keys, live
+}
+
+// sparseSets describes the sets holding live values that keep half the
+// members they were formed with or fewer.
+func sparseSets(t *testing.T, r *rig, live map[string][]byte) []string {
+	t.Helper()
+	members := map[uint64]int{}
+	formed := map[uint64]int{}
+	for k := range live {
+		v, err := r.piece(r.a.primary([]byte(k), 0), k, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, n, err := packing.MemberOf(v)
+		if err != nil {
+			t.Fatalf("%q: %v", k, err)
+		}
+		members[set]++
+		formed[set] = n
+	}
+	var out []string
+	for set, n := range members {
+		if formed[set] > 1 && 2*n <= formed[set] {
+			out = append(out, fmt.Sprintf("set %x keeps %d of the %d members it was formed with", set, n, formed[set]))
+		}
+	}
+	return out
+}
+
+// TestDeletesCompactInTheBackground: deletes thin sets (logged leaves);
+// once the idle replay has folded them, the array's background work
+// (WithAutoResync's interval) regroups the members of sets left with half
+// their members or fewer, without a scrub. Invariant: every live value
+// reads back with any two devices failed, before and after.
+func TestDeletesCompactInTheBackground(t *testing.T) {
+	r := newRig(t, 6, WithMechanisms(packing.New(4, 2, 20*time.Millisecond, packing.WithIdleReplay(50*time.Millisecond)), replication.New(3)),
+		WithDefault("packing"), WithAutoResync(50*time.Millisecond))
+	keys, live := storePacked(t, r, newRand(t), 96)
+	for i, k := range keys {
+		if i%4 != 0 {
+			if err := r.a.Delete(ctx, []byte(k)); err != nil {
+				t.Fatalf("delete %q: %v", k, err)
+			}
+			delete(live, k)
+		}
+	}
+	if sparse := sparseSets(t, r, live); len(sparse) == 0 {
+		t.Fatal("the deletes left no set sparse: the test sets nothing up")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		sparse := sparseSets(t, r, live)
+		if len(sparse) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the deletes, without a scrub: %v", sparse)
+		}
+	}
+	everyPairReads(t, r, live, "compacted")
 }

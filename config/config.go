@@ -76,8 +76,9 @@ type Config struct {
 	// MaxValue is the largest user value. Default: 1GiB.
 	MaxValue Size `yaml:"max_value,omitempty"`
 	// AutoResync is how often a long-running process (kvarray serve)
-	// probes failed devices and resyncs those that answer again. 0
-	// disables it; one-shot CLI commands never run it.
+	// probes failed devices and resyncs those that answer again, and
+	// compacts the Packing sets deletes thinned. 0 disables both;
+	// one-shot CLI commands never run them.
 	AutoResync Duration `yaml:"auto_resync,omitempty"`
 	// Serve holds what only `kvarray serve` reads: authentication, TLS,
 	// metrics and logs (serve.go). Its keys are top-level, as Redis's.

@@ -695,7 +695,50 @@ func (m *Mechanism) Replay(ctx context.Context, set uint64) error {
 		}
 	}
 	m.fold(ctx, set, v)
+	if left(es) {
+		for j := range pars {
+			if pars[j].ok {
+				m.noteThinned(pars[j].f.members)
+				break
+			}
+		}
+	}
 	return nil
+}
+
+// left reports whether one of es is a leave.
+func left(es []*logEntry) bool {
+	return slices.ContainsFunc(es, func(e *logEntry) bool { return e.leave })
+}
+
+// maxThinned bounds the keys waiting for compaction (Thinned).
+const maxThinned = 1 << 14
+
+// noteThinned queues the remaining members of a set that members left,
+// for the array's compaction (Thinned); beyond maxThinned keys they wait
+// for the next scrub.
+func (m *Mechanism) noteThinned(members []member) {
+	m.thinMu.Lock()
+	defer m.thinMu.Unlock()
+	for _, mb := range members {
+		if len(m.thinned) >= maxThinned {
+			return
+		}
+		m.thinned = append(m.thinned, slices.Clone(mb.key))
+	}
+}
+
+// Thinned returns, and forgets, the user keys of members whose sets lost
+// members since the last call: candidates for compaction. Repairing such
+// a key (the array's Repair, under its key lock) regroups it when its set
+// has become sparse (see Repair), so that sparse sets empty out and go in
+// the background rather than at the next scrub only.
+func (m *Mechanism) Thinned() [][]byte {
+	m.thinMu.Lock()
+	defer m.thinMu.Unlock()
+	out := m.thinned
+	m.thinned = nil
+	return out
 }
 
 // Settle folds the whole log into the parities (see Replay).

@@ -137,6 +137,9 @@ type Mechanism struct {
 	idle time.Duration // WithIdleReplay
 
 	sets1 atomic.Int64 // sets formed, by members: for stats
+
+	thinMu  sync.Mutex
+	thinned [][]byte // Thinned
 }
 
 type indexEntry struct {
