@@ -18,6 +18,11 @@
 //   - A value larger than what the mechanism holds on one device is stored
 //     as several splits with the same mechanism; split 0's header gives the
 //     split count, and the store that shrinks a value removes the excess.
+//   - On an array created WithTiny, a value up to the tiny size is instead
+//     an entry of bucket hash(key) mod buckets, and the bucket is itself an
+//     array value stored with Packing (tiny.go): a key's value is in its
+//     bucket or in its own pieces, and an entry not flagged as moving
+//     proves it has no pieces of its own.
 package array
 
 import (
@@ -104,6 +109,7 @@ type options struct {
 	autoResync  time.Duration
 	metaCache   int
 	weights     []uint64 // WithWeights; nil: the devices' capacities
+	tiny        *Tiny    // WithTiny; nil: no tiny values
 }
 
 // Option configures Open and Create.
@@ -168,6 +174,7 @@ type Array struct {
 	stop     chan struct{}  // closed by Close: stops background work
 	bg       sync.WaitGroup // background work
 	meta     *metaCache     // nil: none
+	tiny     *tinyState     // nil: no tiny values (tiny.go); fixed at open
 }
 
 func build(devs []device.Device, opts []Option) (*Array, error) {
@@ -282,6 +289,9 @@ func Create(ctx context.Context, devs []device.Device, opts ...Option) (*Array, 
 	if err := a.setPlacement(); err != nil {
 		return nil, fmt.Errorf("array: create: %w", err)
 	}
+	if err := a.setTiny(true); err != nil {
+		return nil, fmt.Errorf("array: create: %w", err)
+	}
 	// An array whose mode stores values without redundancy says so from
 	// the start, rather than with a header write at its first store.
 	unprotected := a.def.Tolerates() == 0
@@ -321,6 +331,9 @@ func Open(ctx context.Context, devs []device.Device, opts ...Option) (*Array, er
 	// process issued (see the clock lease in header.go).
 	a.env.Clock().Observe(h.clock)
 	if err := a.setPlacement(); err != nil {
+		return nil, fmt.Errorf("array: open: %w", err)
+	}
+	if err := a.setTiny(false); err != nil {
 		return nil, fmt.Errorf("array: open: %w", err)
 	}
 	a.banked = h.flags&flagBanked != 0

@@ -2,6 +2,7 @@ package array
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/kvarray/kvarray/mechanism"
@@ -113,7 +114,7 @@ func (a *Array) StoreAsync(ctx context.Context, key, value []byte, opts ...CallO
 
 // RetrieveAsync submits a retrieve and returns at once.
 func (a *Array) RetrieveAsync(ctx context.Context, key []byte) *Future {
-	if err := a.checkKey(key); err != nil {
+	if err := a.checkUserKey(key); err != nil {
 		return failed(fmt.Errorf("retrieve %s: %w", shown(key), err))
 	}
 	return a.submit(ctx, key, "retrieve", func() ([]byte, error) {
@@ -123,7 +124,7 @@ func (a *Array) RetrieveAsync(ctx context.Context, key []byte) *Future {
 
 // DeleteAsync submits a delete and returns at once.
 func (a *Array) DeleteAsync(ctx context.Context, key []byte) *Future {
-	if err := a.checkKey(key); err != nil {
+	if err := a.checkUserKey(key); err != nil {
 		return failed(fmt.Errorf("delete %s: %w", shown(key), err))
 	}
 	return a.submit(ctx, key, "delete", func() ([]byte, error) {
@@ -144,6 +145,16 @@ func (a *Array) Repair(ctx context.Context, key []byte) (int, error) {
 	_, err := a.run(ctx, key, "repair", func() ([]byte, error) {
 		var err error
 		total, err = a.repair(ctx, key)
+		if a.tinyKey(key) && (err == nil || errors.Is(err, ErrNotFound)) {
+			n, found, terr := a.repairTiny(ctx, key)
+			total += n
+			switch {
+			case terr != nil:
+				err = terr
+			case found:
+				err = nil
+			}
+		}
 		return nil, err
 	})
 	return total, err

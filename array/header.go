@@ -28,6 +28,9 @@ import (
 //	         own header to hold
 //	29+8·N   8·N  per device, its placement weight (weighted arrays
 //	              only, see placement.go; absent: unweighted placement)
+//	end-16   8    tiny values (flagTiny only, see tiny.go): largest tiny
+//	              value (4 bytes), bucket count (4 bytes); the last 8
+//	              bytes without a clock lease
 //	last     8    clock lease (flagClock only): a version the process
 //	              that wrote it issues none at or above
 //
@@ -83,11 +86,19 @@ const (
 	// flagClock: the header ends with a clock lease. Per header, not
 	// array-wide.
 	flagClock = 1 << 4
+	// flagTiny: values up to a size live in buckets (tiny.go); the
+	// header holds the tiny geometry, which never changes. Code from
+	// before tiny values reads such a header as corrupt (its length does
+	// not match), so it refuses the array rather than miss its values.
+	flagTiny = 1 << 5
 )
 
 // leaseSpan is how far ahead of the clock a lease is written; it is
 // renewed once the clock is within half of it.
 const leaseSpan = time.Minute
+
+// tinyTrailerLen is the tiny geometry's size in the header.
+const tinyTrailerLen = 8
 
 // ID identifies an array.
 type ID [16]byte
@@ -104,6 +115,9 @@ type header struct {
 	// weights of the devices' placement, len n; nil: unweighted (and in
 	// every header from before weights)
 	weights []uint64
+	// tiny geometry (flagTiny): values of at most tinyMax bytes live in
+	// tinyBuckets buckets
+	tinyMax, tinyBuckets uint32
 	// clock: a version lease (see the layout); 0 in headers from before.
 	clock uint64
 }
@@ -126,6 +140,10 @@ func (h header) encode() []byte {
 		for _, w := range h.weights {
 			p = binary.LittleEndian.AppendUint64(p, w)
 		}
+	}
+	if h.flags&flagTiny != 0 {
+		p = binary.LittleEndian.AppendUint32(p, h.tinyMax)
+		p = binary.LittleEndian.AppendUint32(p, h.tinyBuckets)
 	}
 	if h.clock != 0 {
 		p[20] |= flagClock
@@ -155,6 +173,17 @@ func decodeHeader(b []byte) (header, error) {
 		}
 		h.clock = binary.LittleEndian.Uint64(rest[len(rest)-8:])
 		rest = rest[:len(rest)-8]
+	}
+	if h.flags&flagTiny != 0 {
+		if len(rest) < tinyTrailerLen {
+			return header{}, fmt.Errorf("%w: array header of %d bytes with tiny values", format.ErrCorrupt, len(v.Payload))
+		}
+		t := rest[len(rest)-tinyTrailerLen:]
+		h.tinyMax, h.tinyBuckets = binary.LittleEndian.Uint32(t), binary.LittleEndian.Uint32(t[4:])
+		if h.tinyBuckets == 0 {
+			return header{}, fmt.Errorf("%w: array header with tiny values in 0 buckets", format.ErrCorrupt)
+		}
+		rest = rest[:len(rest)-tinyTrailerLen]
 	}
 	if len(rest) > 0 {
 		if len(rest) != 8+8*h.n && len(rest) != 8+16*h.n {
@@ -240,6 +269,7 @@ func verifyHeaders(ctx context.Context, env *mechanism.Env) (header, []error, er
 		if errs[i] == nil && hs[i].id == id && hs[i].n == env.N() {
 			if ref < 0 {
 				arr.weights, ref = hs[i].weights, i
+				arr.tinyMax, arr.tinyBuckets = hs[i].tinyMax, hs[i].tinyBuckets
 			}
 			arr.epoch = max(arr.epoch, hs[i].epoch)
 			arr.clock = max(arr.clock, hs[i].clock)
@@ -280,6 +310,10 @@ func verifyHeaders(ctx context.Context, env *mechanism.Env) (header, []error, er
 			// Never written so by the array: which weights place the
 			// keys cannot be told.
 			bad = append(bad, fmt.Errorf("device %d (%s) records placement weights %v, device %d %v", i, env.Name(i), hs[i].weights, ref, arr.weights))
+		case hs[i].tinyBuckets != arr.tinyBuckets || hs[i].tinyMax != arr.tinyMax:
+			// Likewise: which bucket holds a key cannot be told.
+			bad = append(bad, fmt.Errorf("device %d (%s) records tiny values up to %d bytes in %d buckets, device %d up to %d in %d",
+				i, env.Name(i), hs[i].tinyMax, hs[i].tinyBuckets, ref, arr.tinyMax, arr.tinyBuckets))
 		default:
 			arr.flags |= hs[i].flags &^ flagRebuilding
 			if hs[i].flags&flagRebuilding != 0 {

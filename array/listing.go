@@ -150,7 +150,7 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 	for i := 0; i < n; i++ {
 		keep := func(k []byte) device.Want {
 			user, split, kind, err := format.ParseKey(k)
-			if err == nil && format.HoldsPiece(kind) && split == 0 && a.answersFor(i, user) {
+			if err == nil && format.HoldsPiece(kind) && split == 0 && !a.isBucket(user) && a.answersFor(i, user) {
 				return device.KeyOnly
 			}
 			return device.Skip
@@ -164,6 +164,7 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 	if err != nil {
 		return nil, nil, -1, nil, err
 	}
+	more = slices.DeleteFunc(more, a.isBucket)
 	slices.SortFunc(more, bytes.Compare)
 	var extra []scanEntry
 	for _, k := range more {
@@ -172,6 +173,19 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 		}
 	}
 	srcs = append(srcs, slices.Values(extra))
+	if a.tiny != nil {
+		// From the listing index (tinyindex.go): a page's worth, and
+		// one more to tell whether the listing goes on.
+		tk, err := a.tinyKeysAfter(ctx, prefix, after, count+1)
+		if err != nil {
+			return nil, nil, -1, nil, err
+		}
+		tiny := make([]scanEntry, len(tk))
+		for i, k := range tk {
+			tiny[i] = scanEntry{Key: format.Key(k, 0, format.KindData), Val: scanned{dev: -1}}
+		}
+		srcs = append(srcs, slices.Values(tiny))
+	}
 	complete := true
 	for m := range merge.Sorted(srcs) {
 		if len(keys) == count {

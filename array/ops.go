@@ -1,6 +1,7 @@
 package array
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -209,7 +210,7 @@ func (a *Array) Store(ctx context.Context, key, value []byte, opts ...CallOption
 
 // Retrieve returns the value stored under key.
 func (a *Array) Retrieve(ctx context.Context, key []byte) ([]byte, error) {
-	if err := a.checkKey(key); err != nil {
+	if err := a.checkUserKey(key); err != nil {
 		return nil, fmt.Errorf("retrieve %s: %w", shown(key), err)
 	}
 	return a.run(ctx, key, "retrieve", func() ([]byte, error) { return a.retrieve(ctx, key) })
@@ -217,7 +218,7 @@ func (a *Array) Retrieve(ctx context.Context, key []byte) ([]byte, error) {
 
 // Delete removes key and every piece of it; ErrNotFound if it is absent.
 func (a *Array) Delete(ctx context.Context, key []byte) error {
-	if err := a.checkKey(key); err != nil {
+	if err := a.checkUserKey(key); err != nil {
 		return fmt.Errorf("delete %s: %w", shown(key), err)
 	}
 	_, err := a.run(ctx, key, "delete", func() ([]byte, error) { return nil, a.remove(ctx, key) })
@@ -238,7 +239,7 @@ func (a *Array) noted(key []byte, l *located, err error) {
 
 // Exist reports whether key exists.
 func (a *Array) Exist(ctx context.Context, key []byte) (bool, error) {
-	if err := a.checkKey(key); err != nil {
+	if err := a.checkUserKey(key); err != nil {
 		return false, fmt.Errorf("exist %s: %w", shown(key), err)
 	}
 	if err := a.begin(); err != nil {
@@ -255,6 +256,11 @@ func (a *Array) exists(ctx context.Context, key []byte) (bool, error) {
 		return false, err
 	}
 	defer tk.Release()
+	if a.tinyKey(key) {
+		if _, found, err := a.tinyLookup(ctx, key); err != nil || found {
+			return found, err
+		}
+	}
 	l, err := a.locate(ctx, a.key(key, 0))
 	a.noted(key, l, err)
 	switch {
@@ -273,7 +279,7 @@ func splitsFor(m mechanism.Mechanism, n int) int {
 }
 
 func (a *Array) prepareStore(key, value []byte, c call) (mechanism.Mechanism, error) {
-	if err := a.checkKey(key); err != nil {
+	if err := a.checkUserKey(key); err != nil {
 		return nil, err
 	}
 	if int64(len(value)) > a.o.maxValue {
@@ -289,8 +295,18 @@ func (a *Array) prepareStore(key, value []byte, c call) (mechanism.Mechanism, er
 	return m, nil
 }
 
-// store runs under key's lock.
-func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechanism, c call) (err error) {
+// store runs under key's lock: to key's bucket or to its own pieces
+// (tiny.go), or to its own pieces on an array without tiny values.
+func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechanism, c call) error {
+	if a.tinyKey(key) {
+		return a.storeTiny(ctx, key, value, m, c)
+	}
+	return a.storeValue(ctx, key, value, m, c)
+}
+
+// storeValue stores key's value under its own keys (split pieces), never
+// in a bucket; under key's lock.
+func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.Mechanism, c call) (err error) {
 	var written *format.Header // the new value's, once it is in place
 	defer func() {
 		if err != nil || written == nil {
@@ -560,6 +576,18 @@ func (a *Array) forSplits(ctx context.Context, n int, fn func(s int) error) erro
 
 // retrieve runs under key's lock.
 func (a *Array) retrieve(ctx context.Context, key []byte) ([]byte, error) {
+	if a.tinyKey(key) {
+		v, found, err := a.tinyLookup(ctx, key)
+		if err != nil || found {
+			return bytes.Clone(v), err
+		}
+	}
+	return a.retrieveValue(ctx, key)
+}
+
+// retrieveValue reads key's value from its own pieces, never from a
+// bucket; under key's lock.
+func (a *Array) retrieveValue(ctx context.Context, key []byte) ([]byte, error) {
 	k0 := a.key(key, 0)
 	l, err := a.locate(ctx, k0)
 	a.noted(key, l, err)
@@ -614,7 +642,16 @@ func (a *Array) retrieve(ctx context.Context, key []byte) ([]byte, error) {
 }
 
 // remove runs under key's lock.
-func (a *Array) remove(ctx context.Context, key []byte) (err error) {
+func (a *Array) remove(ctx context.Context, key []byte) error {
+	if a.tinyKey(key) {
+		return a.removeTiny(ctx, key)
+	}
+	return a.removeValue(ctx, key)
+}
+
+// removeValue deletes key's own pieces, never a bucket entry; under key's
+// lock.
+func (a *Array) removeValue(ctx context.Context, key []byte) (err error) {
 	defer func() {
 		if err == nil || errors.Is(err, ErrNotFound) {
 			a.meta.put(key, nil, format.Header{})
@@ -744,6 +781,14 @@ func (a *Array) keys(ctx context.Context, prefix []byte) ([][]byte, error) {
 		return nil, err
 	}
 	all = append(all, more...)
+	if a.tiny != nil {
+		all = slices.DeleteFunc(all, a.isBucket)
+		tk, err := a.tinyKeys(ctx, prefix)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, tk...)
+	}
 	slices.SortFunc(all, func(x, y []byte) int { return compareBytes(x, y) })
 	return slices.CompactFunc(all, func(x, y []byte) bool { return compareBytes(x, y) == 0 }), nil
 }

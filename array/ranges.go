@@ -1,6 +1,7 @@
 package array
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -56,11 +57,18 @@ type rangeRetriever interface {
 // primary's piece of split 0 (its header has the length), and nothing
 // when the metadata cache knows the key.
 func (a *Array) Len(ctx context.Context, key []byte) (int64, error) {
-	if err := a.checkKey(key); err != nil {
+	if err := a.checkUserKey(key); err != nil {
 		return 0, fmt.Errorf("len %s: %w", shown(key), err)
 	}
 	var n int64
 	_, err := a.run(ctx, key, "len", func() ([]byte, error) {
+		if a.tinyKey(key) {
+			v, found, err := a.tinyLookup(ctx, key)
+			if err != nil || found {
+				n = int64(len(v))
+				return nil, err
+			}
+		}
 		if e, ok := a.meta.get(key); ok {
 			if e.m == nil {
 				return nil, ErrNotFound
@@ -95,7 +103,7 @@ func (a *Array) RetrieveRange(ctx context.Context, key []byte, off, n int64) ([]
 // value): a caller that keeps a header at the start of the value reads it
 // and the range it wants together.
 func (a *Array) RetrieveRanges(ctx context.Context, key []byte, rs ...Range) ([][]byte, int64, error) {
-	if err := a.checkKey(key); err != nil {
+	if err := a.checkUserKey(key); err != nil {
 		return nil, 0, fmt.Errorf("retrieve range %s: %w", shown(key), err)
 	}
 	var out [][]byte
@@ -123,6 +131,15 @@ func (a *Array) retrieveRanges(ctx context.Context, key []byte, rs []Range) ([][
 			return nil, 0, fmt.Errorf("range of %d bytes from %d: %w", r.Len, r.Off, ErrBadRange)
 		}
 	}
+	if a.tinyKey(key) {
+		v, found, err := a.tinyLookup(ctx, key)
+		if err != nil {
+			return nil, 0, err
+		}
+		if found {
+			return sliceRanges(v, rs), int64(len(v)), nil
+		}
+	}
 	var want int64 // bytes asked for, at most peekMax+1
 	for _, r := range rs {
 		want = min(want+min(r.Len, peekMax+1), peekMax+1)
@@ -142,6 +159,19 @@ func (a *Array) retrieveRanges(ctx context.Context, key []byte, rs []Range) ([][
 	}
 	a.env.Clock().Observe(l.header().Version)
 	return a.rangesOf(ctx, key, rs, l)
+}
+
+// sliceRanges copies the ranges rs out of a whole value v.
+func sliceRanges(v []byte, rs []Range) [][]byte {
+	out := make([][]byte, len(rs))
+	for i, r := range rs {
+		lo := min(r.Off, int64(len(v)))
+		out[i] = bytes.Clone(v[lo:min(lo+r.Len, int64(len(v)))])
+		if out[i] == nil {
+			out[i] = []byte{}
+		}
+	}
+	return out
 }
 
 // headerVerifier is implemented by mechanisms whose range reads verify
@@ -312,7 +342,7 @@ func (a *Array) StoreRange(ctx context.Context, key []byte, off int64, data []by
 // stored whole (Store's path and crash safety: a failure or crash leaves
 // the old value or the new one, never a mix).
 func (a *Array) StoreRanges(ctx context.Context, key []byte, edits []Edit, opts ...CallOption) (int64, error) {
-	if err := a.checkKey(key); err != nil {
+	if err := a.checkUserKey(key); err != nil {
 		return 0, fmt.Errorf("store range %s: %w", shown(key), err)
 	}
 	c := callOf(opts)

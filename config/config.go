@@ -67,6 +67,10 @@ type Config struct {
 	// Packing configures packing of small values into erasure-coded
 	// stripes; without this section the mechanism is not available.
 	Packing *Packing `yaml:"packing,omitempty"`
+	// Tiny stores values up to a size as entries of buckets, each bucket
+	// one Packing value (docs/tiny-values.md). Takes effect when the
+	// array is created and is fixed from then on; absent: off.
+	Tiny *Tiny `yaml:"tiny,omitempty"`
 	// Device sets the limits of pebble and mem devices.
 	Device DeviceConfig `yaml:"device"`
 	// MaxValue is the largest user value. Default: 1GiB.
@@ -115,6 +119,13 @@ type Packing struct {
 	K    int      `yaml:"k"`
 	R    int      `yaml:"r"`
 	Wait Duration `yaml:"wait,omitempty"`
+}
+
+// Tiny configures tiny values: values of at most Max bytes live in one of
+// Buckets buckets (hash of the key mod Buckets), each stored with Packing.
+type Tiny struct {
+	Max     Size `yaml:"max"`
+	Buckets int  `yaml:"buckets"`
 }
 
 // DeviceConfig sets the limits every pebble and mem device enforces. The
@@ -309,6 +320,9 @@ func (c *Config) Options() []array.Option {
 		array.WithRules(rules...),
 		array.WithMechanisms(d.factories()...),
 		array.WithMaxValue(int64(d.MaxValue)),
+	}
+	if t := d.Tiny; t != nil {
+		opts = append(opts, array.WithTiny(array.Tiny{Max: int(t.Max), Buckets: t.Buckets, RM: "packing"}))
 	}
 	if len(d.Weights) > 0 {
 		w := make([]uint64, len(d.Weights))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,6 +55,8 @@ func TestMalformed(t *testing.T) {
 			[]string{"thresholds[0].max must be positive"}},
 		{"copies > devices", devs + "replication: {copies: 5}\n", []string{"replication.copies 5 is more than the 4 devices"}},
 		{"zero copies", devs + "replication: {copies: 0}\n", []string{"replication.copies 0: want at least 1"}},
+		{"tiny without packing", devs + "tiny: {max: 64B, buckets: 16}\n", []string{"tiny: buckets are stored with packing"}},
+		{"tiny without buckets", devs + "packing: {k: 2, r: 1}\ntiny: {max: 64B}\n", []string{"tiny.buckets 0"}},
 		{"default copies > devices", "devices: [pebble:a, pebble:b]\nreplication: {copies: 3}\n", []string{"replication.copies 3 is more than the 2 devices"}},
 		{"k+r > devices", devs + "splitting: {k: 4, r: 2}\n", []string{"splitting: k+r = 6 shards need 6 devices, the config lists 4"}},
 		{"zero k", devs + "splitting: {k: 0, r: 2}\n", []string{"splitting.k 0"}},
@@ -375,6 +378,59 @@ func TestWeights(t *testing.T) {
 	defer a.Close()
 	if w := a.Weights(); len(w) != 5 || w[0] != 2*w[1] {
 		t.Fatalf("weights after an open without them in the config: %v", w)
+	}
+}
+
+// TestTiny: a config's tiny section makes an array whose tiny values live
+// in buckets (none of their own keys on the devices), recorded at creation
+// and in force at every open, with or without the section.
+func TestTiny(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	c, err := Parse([]byte("devices: [pebble:d0, pebble:d1, pebble:d2, pebble:d3, pebble:d4, pebble:d5]\n"+
+		"thresholds: [{max: 4KiB, rm: packing}, {rm: replication}]\npacking: {k: 4, r: 2}\ntiny: {max: 64B, buckets: 8}\n"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Create(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		if err := a.Store(ctx, fmt.Appendf(nil, "key-%d", i), fmt.Appendf(nil, "v%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.Tiny = nil
+	a, err = OpenConfig(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for i := range 50 {
+		if v, err := a.Retrieve(ctx, fmt.Appendf(nil, "key-%d", i)); err != nil || string(v) != fmt.Sprintf("v%d", i) {
+			t.Fatalf("key-%d: %q, %v", i, v, err)
+		}
+	}
+	if err := a.Settle(ctx); err != nil { // Packing's delta log folded
+		t.Fatal(err)
+	}
+	st, err := a.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys int64
+	for _, d := range st.Devices {
+		keys += d.Keys
+	}
+	// Fewer device keys than values: each value would take at least one
+	// of its own (three with replication), the buckets take 8 and their
+	// sets' parities.
+	if keys >= 50 {
+		t.Fatalf("%d device keys for 50 tiny values in 8 buckets", keys)
 	}
 }
 

@@ -119,6 +119,17 @@ func (c *Config) Validate() error {
 		}
 	}
 
+	if t := d.Tiny; t != nil {
+		switch {
+		case d.Packing == nil:
+			p.add("tiny: buckets are stored with packing; add a packing section")
+		case t.Max < 1:
+			p.add("tiny.max %v: want a positive size (e.g. 64B)", t.Max)
+		case t.Buckets < 1 || int64(t.Buckets) > 1<<32-1:
+			p.add("tiny.buckets %d: want 1 to 4294967295 (about the tiny bytes expected / 8 KiB)", t.Buckets)
+		}
+	}
+
 	dc := d.Device
 	switch {
 	case dc.MinKey < 1:

@@ -3,6 +3,7 @@ package keyspace
 import (
 	"context"
 	"fmt"
+	"github.com/kvarray/kvarray/array"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -48,9 +49,10 @@ func checkCounts(t *testing.T, s *Store, when string) {
 // without them, a recount finds the same, stale index entries not
 // counted; a program that writes without counting makes the next start
 // recount.
-func TestCounts(t *testing.T) {
+func TestCounts(t *testing.T) { eachArray(t, testCounts) }
+
+func testCounts(t *testing.T, a *array.Array) {
 	ctx := context.Background()
-	a := openArray(t)
 	s, err := Open(ctx, a, 16)
 	if err != nil {
 		t.Fatal(err)

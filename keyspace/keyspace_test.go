@@ -13,7 +13,24 @@ import (
 
 func openArray(t *testing.T) *array.Array {
 	t.Helper()
-	cfg, err := config.Parse([]byte("devices: [mem:a, mem:b, mem:c, mem:d]\n"), t.TempDir())
+	return openArrayConfig(t, "devices: [mem:a, mem:b, mem:c, mem:d]\n")
+}
+
+// eachArray runs test over a plain array and over one whose small values
+// (every value of these tests, keyspace header included) live in tiny
+// buckets.
+func eachArray(t *testing.T, test func(t *testing.T, a *array.Array)) {
+	for name, y := range map[string]string{
+		"plain": "devices: [mem:a, mem:b, mem:c, mem:d]\n",
+		"tiny":  "devices: [mem:a, mem:b, mem:c, mem:d]\npacking: {k: 2, r: 2}\ntiny: {max: 64B, buckets: 4}\n",
+	} {
+		t.Run(name, func(t *testing.T) { test(t, openArrayConfig(t, y)) })
+	}
+}
+
+func openArrayConfig(t *testing.T, y string) *array.Array {
+	t.Helper()
+	cfg, err := config.Parse([]byte(y), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,9 +97,10 @@ func TestIntentRoundTrip(t *testing.T) {
 
 // TestStore: databases are separate, an expired value is absent, SWAPDB
 // swaps what the databases hold and survives reopening.
-func TestStore(t *testing.T) {
+func TestStore(t *testing.T) { eachArray(t, testStore) }
+
+func testStore(t *testing.T, a *array.Array) {
 	ctx := context.Background()
-	a := openArray(t)
 	s, err := Open(ctx, a, 16)
 	if err != nil {
 		t.Fatal(err)
