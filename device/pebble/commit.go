@@ -37,10 +37,6 @@ type committer struct {
 	busy bool
 	// joined counts the callers in next.
 	joined int
-	// While the committer lingers: enough is closed once want callers
-	// have joined next.
-	want   int
-	enough chan struct{}
 }
 
 // Lingering. Under a concurrent load many device writes are still the
@@ -48,12 +44,9 @@ type committer struct {
 // much CPU (the kernel's writeback and the virtual disk's
 // notifications). So when the load is concurrent (the group just
 // committed had lingerAt writers or more, or as many already wait for the
-// next), the committer waits before sealing the next group, so that more
-// join it: until as many writers have joined as the group just committed
-// had (the callers it answered come back with their next writes), or
-// linger at most. A lone writer (and the first write after an idle spell)
-// never waits. Waiting for the last group's size rather than the whole
-// linger keeps the batching and spares each write most of the wait. Measured on the 2-core VM with redis-benchmark SET
+// next), the committer waits linger before sealing the next group, so
+// that more join it. A lone writer (and the first write after an idle
+// spell) never waits. Measured on the 2-core VM with redis-benchmark SET
 // 4 KiB against `kvarray serve` (fsyncs counted with perf): fsyncs per
 // SET at -c 16 1.5 -> 0.64, CPU per SET 0.52 -> 0.44 ms, SET/s +14%; at
 // -c 50 -P 16 0.42 -> 0.18 fsyncs, 0.35 -> 0.28 ms, SET/s +50%; at -c 1
@@ -94,10 +87,6 @@ func (d *Device) commit(ctx context.Context, b *pdb.Batch) error {
 		return failed(err)
 	}
 	q.joined++
-	if q.enough != nil && q.joined >= q.want {
-		close(q.enough)
-		q.enough = nil
-	}
 	if !q.busy {
 		q.busy = true
 		d.running.Add(1)
@@ -152,31 +141,13 @@ func (d *Device) commitLoop() {
 		}
 		g.b.Close()
 		close(g.done)
-		d.lingerFor(size)
-	}
-}
-
-// lingerFor waits, under a concurrent load, until as many writers as the
-// group just committed (size) wait for the next commit, or linger.
-func (d *Device) lingerFor(size int) {
-	q := &d.queue
-	q.mu.Lock()
-	if (size < lingerAt && q.joined < lingerAt) || q.joined >= size {
+		q.mu.Lock()
+		concurrent := size >= lingerAt || q.joined >= lingerAt
 		q.mu.Unlock()
-		return
+		if concurrent {
+			time.Sleep(linger)
+		}
 	}
-	q.want, q.enough = size, make(chan struct{})
-	enough := q.enough
-	q.mu.Unlock()
-	t := time.NewTimer(linger)
-	select {
-	case <-enough:
-	case <-t.C:
-	}
-	t.Stop()
-	q.mu.Lock()
-	q.want, q.enough = 0, nil
-	q.mu.Unlock()
 }
 
 // commitDeferred commits b unsynced under the watchdog, and releases it:
