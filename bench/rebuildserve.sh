@@ -18,11 +18,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 spid=""
 trap 'kill $spid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-bin=${KVARRAY_BIN:-}
-if [ -z "$bin" ]; then
-  bin=$work/kvarray
-  (cd "$root" && go build -o "$bin" ./cmd/kvarray)
-fi
+source "$root/bench/lib.sh"
+bin=$(kvarray_bin "$work")
 port=$((20000 + RANDOM % 20000))
 cd "$work"
 "$bin" serve --listen 127.0.0.1:$port >serve.log 2>&1 &

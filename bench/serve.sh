@@ -23,11 +23,8 @@ work=$(mktemp -d)
 kpid=""
 rpid=""
 trap 'kill $kpid $rpid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-bin=${KVARRAY_BIN:-}
-if [ -z "$bin" ]; then
-  bin=$work/kvarray
-  (cd "$root" && go build -o "$bin" ./cmd/kvarray)
-fi
+source "$root/bench/lib.sh"
+bin=$(kvarray_bin "$work")
 kport=$((20000 + RANDOM % 20000))
 rport=$((kport + 1))
 mkdir -p "$work/kv" "$work/redis"
