@@ -612,19 +612,60 @@ type thinner interface{ Thinned() [][]byte }
 func (a *Array) compact() {
 	ctx, cancel := a.untilStop()
 	defer cancel()
+	_ = a.Compact(ctx)
+}
+
+// Compact regroups now the Packing sets that deletes and moves have left
+// sparse since they were last regrouped (the work the automatic resync's
+// ticker does in the background, and scrub --repair over every set). It
+// stops early, without error, while a device is not healthy: a regroup
+// rewrites parities, which should wait for full redundancy.
+//
+// Keys are repaired compactWorkers at a time: a regrouped member joins a
+// new set with the members regrouped alongside it, so one at a time would
+// form sets of one member, as sparse as the ones they left.
+func (a *Array) Compact(ctx context.Context) error {
+	if err := a.begin(); err != nil {
+		return err
+	}
+	defer a.end()
+	stop := func() bool { return ctx.Err() != nil || a.impaired() }
 	for _, m := range a.mechs {
 		t, ok := m.(thinner)
 		if !ok {
 			continue
 		}
-		for _, k := range t.Thinned() {
-			if ctx.Err() != nil || a.impaired() {
-				return
+		// A regroup moves members, which thins their old sets in turn:
+		// a few rounds reach the sets those moves left behind.
+		for round := 0; round < 8; round++ {
+			keys := t.Thinned()
+			if len(keys) == 0 {
+				break
 			}
-			_, _ = a.Repair(ctx, k)
+			sem := make(chan struct{}, compactWorkers)
+			var wg sync.WaitGroup
+			for _, k := range keys {
+				if stop() {
+					break
+				}
+				sem <- struct{}{}
+				wg.Add(1)
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					_, _ = a.Repair(ctx, k)
+				}()
+			}
+			wg.Wait()
+			if stop() {
+				return ctx.Err() // nil when stopped for an impaired device
+			}
 		}
 	}
+	return nil
 }
+
+// compactWorkers is how many keys Compact repairs at once.
+const compactWorkers = 64
 
 // impaired reports whether a device is not healthy.
 func (a *Array) impaired() bool {

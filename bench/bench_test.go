@@ -377,3 +377,39 @@ func syntheticReport(o Options) *Report {
 	rep.finish()
 	return rep
 }
+
+// TestTinyRow: the tiny-values target (docs/tiny-values.md) runs every
+// sized workload and the mixed one, its rows pass Check, and 16-byte
+// values under the bench's 17-byte keys take less space than with
+// Replication, which tolerates as many losses (MemEC's point); the
+// charts draw the row.
+func TestTinyRow(t *testing.T) {
+	o := tiny()
+	o.Workloads = []string{Store, Retrieve, Update, Delete, Mixed}
+	o.Mechanisms = []string{Tiny, "replication"}
+	o.Modes = []string{ModeStandalone}
+	o.Sizes = []int{16}
+	o.Ops = 4000
+	o.Threads, o.QueueDepth = 4, 16
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Check(); err != nil {
+		t.Fatal(err)
+	}
+	space := map[string]float64{}
+	for _, res := range rep.Results {
+		if res.Workload == Store {
+			space[res.Mechanism] = res.StorageOverhead
+		}
+	}
+	t.Logf("storage overhead at 16 B: %v", space)
+	if space[Tiny] == 0 || space[Tiny] >= space["replication"]/2 {
+		t.Errorf("storage overhead at 16 B: tiny %.2f, replication %.2f: want tiny under half of replication's", space[Tiny], space["replication"])
+	}
+	var svg bytes.Buffer
+	if err := rep.Chart(&svg, "svg"); err != nil || !strings.Contains(svg.String(), "tiny") {
+		t.Errorf("chart: %v (a tiny label: %v)", err, strings.Contains(svg.String(), "tiny"))
+	}
+}

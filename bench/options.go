@@ -55,6 +55,18 @@ var Workloads = []string{Store, Retrieve, Update, Delete, Mixed, Range}
 // Mechanisms lists the mechanisms a run can measure.
 var Mechanisms = []string{hashing.Name, replication.Name, splitting.Name, packing.Name}
 
+// Tiny is the tiny-values layout (array.WithTiny, docs/tiny-values.md)
+// as a target: values of at most Options.TinyMax bytes go to buckets
+// stored with Packing, larger ones to Replication. It is not one of the
+// default Mechanisms (at the default sizes every value is larger than
+// TinyMax): ask for it with sizes of a few bytes, e.g. --mechanisms
+// tiny,replication,packing --sizes 16B.
+const Tiny = "tiny"
+
+// validMechanism reports whether m names a target Options.Mechanisms
+// takes.
+func validMechanism(m string) bool { return m == Tiny || slices.Contains(Mechanisms, m) }
+
 // Names of the baseline and of the hybrid configuration with thresholds.
 const (
 	None       = "none"
@@ -95,6 +107,10 @@ type Options struct {
 	K           int           `json:"k"`
 	R           int           `json:"r"`
 	PackingWait time.Duration `json:"packing_wait_ns"`
+	// TinyMax is the Tiny target's threshold in bytes (array.Tiny.Max);
+	// its bucket count comes from Keys and TinyMax (about 8 KiB a
+	// bucket, as docs/tiny-values.md advises).
+	TinyMax int `json:"tiny_max,omitempty"`
 
 	// Threads × QueueDepth requests are in flight at once: each of the
 	// Threads keeps QueueDepth requests outstanding.
@@ -169,6 +185,7 @@ func Defaults() Options {
 		K:           splitting.DefaultK,
 		R:           splitting.DefaultR,
 		PackingWait: packing.DefaultWait,
+		TinyMax:     64,
 		Threads:     6,
 		QueueDepth:  8,
 		Duration:    2 * time.Second,
@@ -213,8 +230,11 @@ func (o *Options) Validate() error {
 		}
 	}
 	for _, m := range o.Mechanisms {
-		if !slices.Contains(Mechanisms, m) {
-			bad("mechanism %q: want one of %v", m, Mechanisms)
+		if !validMechanism(m) {
+			bad("mechanism %q: want one of %v or %s", m, Mechanisms, Tiny)
+		}
+		if m == Tiny && o.TinyMax < 1 {
+			bad("tiny values of at most %d bytes: want at least 1", o.TinyMax)
 		}
 	}
 	for _, m := range o.Modes {

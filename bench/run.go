@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvarray/kvarray/array"
 	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/mechanism/replication"
 )
 
 // target is one configuration measured: the None baseline, a mechanism
@@ -49,6 +50,11 @@ func (r *runner) open(ctx context.Context, t target) (*instance, error) {
 	case t.mech == Thresholds:
 		opts = []array.Option{array.WithMechanisms(r.o.all(r.o.Rules[len(r.o.Rules)-1].RM)...),
 			array.WithMode(array.Hybrid), array.WithRules(r.o.Rules...)}
+	case t.mech == Tiny:
+		opts = []array.Option{array.WithMechanisms(r.o.all(replication.Name)...), array.WithTiny(r.o.tiny())}
+		if t.mode == ModeHybrid {
+			opts = append(opts, array.WithMode(array.Hybrid), array.WithRules(array.Rule{RM: replication.Name}))
+		}
 	case t.mode == ModeHybrid:
 		// The paper's hybrid mode: every mechanism configured, only the
 		// measured one used, and so a read before every write.
@@ -115,10 +121,11 @@ func (in *instance) counts() Counts {
 }
 
 // used is the bytes of keys and values on the devices, once the array
-// has done the work it defers when busy (Packing's delta log).
+// has done the work it defers when busy (Packing's delta log and its
+// regrouping of sparse sets).
 func (in *instance) used(ctx context.Context) (int64, error) {
 	if in.a != nil {
-		if err := in.a.Settle(ctx); err != nil {
+		if err := errors.Join(in.a.Settle(ctx), in.a.Compact(ctx)); err != nil {
 			return 0, err
 		}
 	}
@@ -131,6 +138,14 @@ func (in *instance) used(ctx context.Context) (int64, error) {
 		n += info.Used
 	}
 	return n, nil
+}
+
+// tiny is the Tiny target's layout: buckets of about 8 KiB when every
+// key holds a value of TinyMax/2 bytes (the sizing docs/tiny-values.md
+// gives).
+func (o *Options) tiny() array.Tiny {
+	perKey := len(key(nil, 0)) + o.TinyMax/2 + 2
+	return array.Tiny{Max: o.TinyMax, Buckets: max(16, o.Keys*perKey/(8<<10))}
 }
 
 // runner runs one Options.

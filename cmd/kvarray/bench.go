@@ -38,6 +38,7 @@ func (c *cli) benchCmd() *cobra.Command {
 		rebuildSize                 string
 		rangeValue, rangeIO         string
 		rangeKeys                   int
+		tinyMax                     string
 		mix, thresholds             []string
 	)
 	cmd := &cobra.Command{
@@ -106,6 +107,14 @@ draws the paper's bar-and-lollipop figure (.svg, .png or .pdf).
 			set("k", func() { o.K = k })
 			set("r", func() { o.R = r })
 			set("packing-wait", func() { o.PackingWait = wait })
+			set("tiny-max", func() {
+				n, err := humanize.ParseBytes(tinyMax)
+				if err != nil || n > 1<<20 {
+					perr = errors.Join(perr, fmt.Errorf("--tiny-max: %q is not a size up to 1MiB (e.g. 64B)", tinyMax))
+					return
+				}
+				o.TinyMax = int(n)
+			})
 			set("threads", func() { o.Threads = threads })
 			set("qd", func() { o.QueueDepth = qd })
 			if f.Changed("ops") && f.Changed("duration") {
@@ -214,13 +223,14 @@ draws the paper's bar-and-lollipop figure (.svg, .png or .pdf).
 	fl.BoolVar(&quick, "quick", false, "a short run: 4 and 64 KiB, 300ms per phase, no range workload (under a minute)")
 	fl.StringSliceVar(&workloads, "workloads", bench.Workloads, "workloads: store, retrieve, update, delete, mixed, range")
 	fl.StringSliceVar(&sizes, "sizes", []string{"1KiB", "4KiB", "16KiB", "64KiB"}, "value sizes of store, retrieve, update and delete")
-	fl.StringSliceVar(&mechs, "mechanisms", bench.Mechanisms, "mechanisms to measure (None is always measured)")
+	fl.StringSliceVar(&mechs, "mechanisms", bench.Mechanisms, "mechanisms to measure (None is always measured; also "+bench.Tiny+": tiny values in buckets, see --tiny-max)")
 	fl.StringSliceVar(&modes, "modes", []string{"standalone", "hybrid"}, "modes to measure each mechanism in")
 	fl.IntVar(&devices, "devices", 6, "number of devices")
 	fl.IntVar(&copies, "copies", 3, "replication copies")
 	fl.IntVar(&k, "k", 4, "splitting and packing data shards")
 	fl.IntVar(&r, "r", 2, "splitting and packing parity shards")
 	fl.DurationVar(&wait, "packing-wait", 2*time.Millisecond, "how long packing waits to fill a set")
+	fl.StringVar(&tinyMax, "tiny-max", "64B", "the "+bench.Tiny+" target's threshold: values up to this size go to buckets")
 	fl.IntVar(&threads, "threads", 6, "client threads")
 	fl.IntVar(&qd, "qd", 8, "requests each thread keeps in flight")
 	fl.IntVar(&ops, "ops", 0, "operations per phase (instead of --duration)")

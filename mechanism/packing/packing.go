@@ -41,6 +41,7 @@ package packing
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -140,6 +141,9 @@ type Mechanism struct {
 
 	thinMu  sync.Mutex
 	thinned [][]byte // Thinned
+
+	parityMu    sync.Mutex
+	parityBytes []float64 // per device: parity bytes this process placed, over its weight
 }
 
 type indexEntry struct {
@@ -308,26 +312,56 @@ func (m *Mechanism) formLocked(force int) []*entry {
 	return set
 }
 
-// parityDevices picks r devices holding no member, preferring devices
-// that are not failed, in the placement's order seeded by the set id
-// (Env.Order): parity load spreads over the devices, in proportion to
-// their weights on a weighted array. The devices are recorded in the
-// members' and parities' fields, so the choice is never derived again.
-func (m *Mechanism) parityDevices(id uint64, members []int) []int {
-	var out, failed []int
-	for _, d := range m.env.Order(id) {
-		if len(out) == m.r {
-			break
+// parityDevices picks r devices holding no member for the parities of a
+// set of shards of size bytes, preferring devices that are not failed,
+// then the devices with the fewest parity bytes placed by this process
+// relative to their weights, then the placement's order seeded by the
+// set id (Env.Order).
+//
+// Why not the seeded order alone: parities are few and large (one shard
+// of the largest member per set), so a random choice leaves a device's
+// parity bytes far from its share for a long time, and a device that
+// holds more members (a heavier one) is excluded more often, so it would
+// get less than its share. Taking the least loaded keeps every device's
+// parity bytes within one shard of its weight's share, from any start
+// (after a restart the counts begin again at zero). The devices are
+// recorded in the members' and parities' fields, so the choice is never
+// derived again.
+func (m *Mechanism) parityDevices(id uint64, members []int, size int) []int {
+	n := m.env.N()
+	weights := m.env.Placement().Weights()
+	weight := func(d int) float64 {
+		if weights == nil {
+			return 1
 		}
-		switch {
-		case slices.Contains(members, d):
-		case m.env.State(d) == mechanism.Failed:
-			failed = append(failed, d) // only if nothing else is left
-		default:
-			out = append(out, d)
+		return float64(weights[d])
+	}
+	var cand []int
+	for _, d := range m.env.Order(id) {
+		if !slices.Contains(members, d) {
+			cand = append(cand, d)
 		}
 	}
-	return append(out, failed...)[:m.r]
+	failed := func(d int) bool { return m.env.State(d) == mechanism.Failed }
+	m.parityMu.Lock()
+	defer m.parityMu.Unlock()
+	if len(m.parityBytes) != n {
+		m.parityBytes = make([]float64, n)
+	}
+	slices.SortStableFunc(cand, func(a, b int) int {
+		if fa, fb := failed(a), failed(b); fa != fb {
+			if fa {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Compare(m.parityBytes[a], m.parityBytes[b])
+	})
+	out := cand[:m.r]
+	for _, d := range out {
+		m.parityBytes[d] += float64(size) / weight(d)
+	}
+	return out
 }
 
 // writeSet encodes a new set and writes its members and parities; every
@@ -361,7 +395,7 @@ func (m *Mechanism) writeSet(ctx context.Context, set []*entry) {
 	if tk, err := m.sets.Lock(ctx, setLockKey(id)); err == nil {
 		defer tk.Release()
 	}
-	g := geometry{set: id, k: m.k, r: m.r, shardSize: shardSize, parity: m.parityDevices(id, devs)}
+	g := geometry{set: id, k: m.k, r: m.r, shardSize: shardSize, parity: m.parityDevices(id, devs, shardSize)}
 	shards := m.newShards(shardSize)
 	members := make([]member, len(live))
 	for i, e := range live {
