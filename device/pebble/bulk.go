@@ -112,9 +112,15 @@ func (l *bulkLoad) collect(key, value []byte) bool {
 }
 
 // writing is called by every write of the ordinary path before it
-// commits b: while stores are collected, it takes the gate shared and
-// drops b's keys from the collection. The caller calls the function it
-// returns once its commit is done.
+// commits b: while stores are collected or being ingested, it takes the
+// gate shared and drops b's keys from the collection. The caller calls
+// the function it returns once its commit is done.
+//
+// Without the gate (active clear: nothing collected, no ingest running),
+// a collect of one of b's keys may still slip in between this check and
+// the commit; the array never lets that happen (it restores a key's piece
+// and writes the key under the key's lock, one at a time), and this
+// relies on it.
 func (l *bulkLoad) writing(b *pdb.Batch) func() {
 	if !l.active.Load() {
 		return func() {}
@@ -148,10 +154,19 @@ func (d *Device) ingestBulk(ctx context.Context) error {
 	}
 	l.gate.Lock()
 	defer l.gate.Unlock()
+	// active stays set until the table has its sequence number: a write
+	// that found it clear would commit without the gate, during the
+	// ingest, and the table, numbered after it, would hide it.
+	defer func() {
+		l.mu.Lock()
+		if len(l.kv) == 0 {
+			l.active.Store(false)
+		}
+		l.mu.Unlock()
+	}()
 	l.mu.Lock()
 	kv := l.kv
 	l.kv, l.size = nil, 0
-	l.active.Store(false)
 	l.seq++
 	base := filepath.Join(d.dir, fmt.Sprintf("%s%06d", bulkPrefix, l.seq))
 	l.mu.Unlock()
