@@ -140,7 +140,7 @@ func (d *Device) commitLoop() {
 		if err := d.refusal(true); err != nil {
 			g.err = err
 		} else {
-			g.err = g.b.Commit(pdb.Sync)
+			g.err = d.survive(func() error { return g.b.Commit(pdb.Sync) })
 		}
 		g.b.Close()
 		close(g.done)

@@ -438,3 +438,41 @@ func TestFullFileSystem(t *testing.T) {
 	t.Logf("%d values of 64 KiB acknowledged, then: %v", len(acked), serr)
 	closeWithin(t, d)
 }
+
+// TestRemovedDirUnderReads: reads of values whose tables are open but
+// whose blob files are not, after the directory was removed, fail the
+// device (Pebble v2.1.7 panics opening such a blob file) and never take
+// the process down; every read returns its value or ErrDeviceFailed.
+func TestRemovedDirUnderReads(t *testing.T) {
+	dir := t.TempDir()
+	d := mustOpen(t, dir, WithCreate(true))
+	ctx := t.Context()
+	v := random(16 << 10)
+	const n = 400
+	for i := range n {
+		if err := d.Store(ctx, fmt.Appendf(nil, "key-%04d", i), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closeWithin(t, d)
+	d = mustOpen(t, dir) // the file cache starts empty
+	// Open the tables (a scan of keys reads no value), not the blob
+	// files.
+	keys := 0
+	if err := d.Scan(ctx, nil, nil, false, func(key, _ []byte) error { keys++; return nil }); err != nil || keys != n {
+		t.Fatalf("scan of the keys: %d keys, %v", keys, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		got, err := d.Retrieve(ctx, fmt.Appendf(nil, "key-%04d", i))
+		if err != nil && !errors.Is(err, device.ErrDeviceFailed) {
+			t.Fatalf("read key %d after the directory went: %v, want its value or ErrDeviceFailed", i, err)
+		}
+		if err == nil && !bytes.Equal(got, v) {
+			t.Fatalf("read key %d after the directory went: %d wrong bytes", i, len(got))
+		}
+	}
+	closeWithin(t, d)
+}

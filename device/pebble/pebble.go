@@ -306,7 +306,7 @@ func (d *Device) call(ctx context.Context, write bool, fn func() error) error {
 	d.running.Add(1)
 	workers.Go(func() {
 		defer d.running.Add(-1)
-		done <- fn()
+		done <- d.survive(fn)
 	})
 	var full chan struct{} // nil, never ready, for reads
 	if write {
@@ -333,6 +333,23 @@ func (d *Device) call(ctx context.Context, write bool, fn func() error) error {
 		d.h.fail(fmt.Errorf("a call ran over the %v time limit", d.timeout))
 		return d.h.err()
 	}
+}
+
+// survive runs fn, a call into Pebble, and turns a panic in it into the
+// device's failure. Pebble panics on some faults of its files rather than
+// returning an error (v2.1.7: a blob file that cannot be opened, because
+// the directory was removed, panics in reportCorruption); one device's
+// fault must not take the process and every other device with it. The
+// unwound Pebble instance is never used again: the device is failed, and
+// Close leaves it as it is.
+func (d *Device) survive(fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			d.h.fail(fmt.Errorf("pebble panicked: %v", r))
+			err = d.h.err()
+		}
+	}()
+	return fn()
 }
 
 // refusal is why a call must not enter Pebble, or nil.
