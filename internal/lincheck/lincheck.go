@@ -238,8 +238,13 @@ func (r *Recorder) Check(timeout time.Duration) (porcupine.CheckResult, porcupin
 	return porcupine.CheckOperationsVerbose(Model, r.Operations(), timeout)
 }
 
-// Explain describes the first key whose history cannot be linearized: its
-// operations in invocation order, for a failure message.
+// explainWindow is how many operations Explain shows.
+const explainWindow = 60
+
+// Explain describes the first key whose history cannot be linearized:
+// the operations up to the first one that cannot be linearized (the
+// shortest failing prefix in invocation order, which holds the violation),
+// the last explainWindow of them, for a failure message.
 func (r *Recorder) Explain(info porcupine.LinearizationInfo) string {
 	ops := r.Operations()
 	for _, part := range Model.Partition(ops) {
@@ -247,18 +252,27 @@ func (r *Recorder) Explain(info porcupine.LinearizationInfo) string {
 			continue
 		}
 		sort.Slice(part, func(i, j int) bool { return part[i].Call < part[j].Call })
+		// Adding operations invoked later cannot explain an earlier
+		// violation, so failing prefixes are closed upwards: the
+		// shortest is found by bisection.
+		n := sort.Search(len(part), func(n int) bool { return !porcupine.CheckOperations(Model, part[:n+1]) }) + 1
 		var sb strings.Builder
-		fmt.Fprintf(&sb, "key %s is not linearizable; its %d operations:\n", part[0].Input.(Input).Key, len(part))
-		for i, op := range part {
-			if i == 100 {
-				fmt.Fprintf(&sb, "  ... %d more\n", len(part)-i)
-				break
-			}
+		fmt.Fprintf(&sb, "key %s is not linearizable; of its %d operations, the first %d are not (the last of them, marked, cannot be placed):\n",
+			part[0].Input.(Input).Key, len(part), n)
+		from := max(0, n-explainWindow)
+		if from > 0 {
+			fmt.Fprintf(&sb, "  ... %d before\n", from)
+		}
+		for i, op := range part[from:n] {
 			ret := "never"
 			if op.Return != math.MaxInt64 {
 				ret = time.Duration(op.Return).String()
 			}
-			fmt.Fprintf(&sb, "  client %d [%v .. %s] %s\n", op.ClientId, time.Duration(op.Call), ret, Model.DescribeOperation(op.Input, op.Output))
+			mark := " "
+			if from+i == n-1 {
+				mark = ">"
+			}
+			fmt.Fprintf(&sb, " %sclient %d [%v .. %s] %s\n", mark, op.ClientId, time.Duration(op.Call), ret, Model.DescribeOperation(op.Input, op.Output))
 		}
 		return sb.String()
 	}
