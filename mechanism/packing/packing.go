@@ -1719,6 +1719,9 @@ func (m *Mechanism) RepairKey(ctx context.Context, key []byte) (bool, error) {
 	for d := 0; d < m.env.N(); d++ {
 		deleted = deleted || m.env.MissedDelete(d, key)
 	}
+	// absent: the device answered, as a device that missed no write of
+	// the key answers, that it holds no parity of the set.
+	absent := make([]bool, m.env.N())
 	for pass := 0; pass < 2 && g == nil && !(pass == 1 && deleted); pass++ {
 		for d := 0; d < m.env.N() && g == nil; d++ {
 			var b []byte
@@ -1726,6 +1729,7 @@ func (m *Mechanism) RepairKey(ctx context.Context, key []byte) (bool, error) {
 				ops := []mechanism.Op{{Dev: d, Op: device.Op{Kind: device.OpRetrieve, Key: key}}}
 				m.env.Do(ctx, ops)
 				b, err = ops[0].Result, ops[0].Err
+				absent[d] = errors.Is(err, device.ErrNotFound)
 			} else if m.env.State(d) != mechanism.Failed {
 				b, err = m.env.Device(d).Retrieve(ctx, key)
 			}
@@ -1741,6 +1745,13 @@ func (m *Mechanism) RepairKey(ctx context.Context, key []byte) (bool, error) {
 				}
 			}
 		}
+	}
+	if g != nil && roster != nil && slices.ContainsFunc(g.parity, func(d int) bool { return absent[d] }) {
+		// Only a stale copy shows the set, and one of its parity devices
+		// that missed no write of it holds none: the set was deleted (its
+		// members all left) while the stale device was away. Its roster
+		// is history; reading it would wait on members long gone.
+		g, roster, deleted = nil, nil, true
 	}
 	if g == nil && !deleted {
 		// The set as this process last knew it (the index, kept current
