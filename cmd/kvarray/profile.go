@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime/pprof"
@@ -8,8 +9,26 @@ import (
 
 // startProfile writes a CPU profile of the whole command to the file
 // KVARRAY_CPUPROFILE names, when it is set (for measuring, e.g. a
-// rebuild: docs/benchmarks.md); the returned function stops it.
+// rebuild: docs/benchmarks.md), and a heap profile at its end to the file
+// KVARRAY_MEMPROFILE names; the returned function stops the one and writes
+// the other.
 func startProfile() func() {
+	cpu := startCPUProfile()
+	return func() {
+		cpu()
+		if path := os.Getenv("KVARRAY_MEMPROFILE"); path != "" {
+			f, err := os.Create(path)
+			if err == nil {
+				err = errors.Join(pprof.Lookup("heap").WriteTo(f, 0), f.Close())
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "kvarray: KVARRAY_MEMPROFILE: %v\n", err)
+			}
+		}
+	}
+}
+
+func startCPUProfile() func() {
 	path := os.Getenv("KVARRAY_CPUPROFILE")
 	if path == "" {
 		return func() {}
