@@ -32,6 +32,26 @@ import (
 
 // Healing commands: replace, rebuild, resync, scrub.
 
+// ticking calls fn every interval on a goroutine of its own until the
+// function it returns is called, which waits for that goroutine to end.
+func ticking(interval time.Duration, fn func()) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				fn()
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
 // progressEvery is how often the progress line is redrawn (a variable for
 // tests).
 var progressEvery = 200 * time.Millisecond

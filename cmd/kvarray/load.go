@@ -89,20 +89,10 @@ func (c *cli) load(ks *keyspace.Store, db int, n int64, size, workers int, prefi
 	var next, done atomic.Int64
 	var firstErr error
 	var errOnce sync.Once
-	stop := make(chan struct{})
-	go func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				d := done.Load()
-				fmt.Fprintf(c.stderr, "load: %d of %d keys, %.0f keys/s\n", d, n, float64(d)/time.Since(start).Seconds())
-			}
-		}
-	}()
+	stop := ticking(time.Second, func() {
+		d := done.Load()
+		fmt.Fprintf(c.stderr, "load: %d of %d keys, %.0f keys/s\n", d, n, float64(d)/time.Since(start).Seconds())
+	})
 	var wg sync.WaitGroup
 	for range min(int64(workers), n) {
 		wg.Add(1)
@@ -124,7 +114,7 @@ func (c *cli) load(ks *keyspace.Store, db int, n int64, size, workers int, prefi
 		}()
 	}
 	wg.Wait()
-	close(stop)
+	stop()
 	rep := loadReport{Keys: done.Load(), Size: size, Elapsed: time.Since(start)}
 	rep.Rate = float64(rep.Keys) / rep.Elapsed.Seconds()
 	if firstErr != nil {

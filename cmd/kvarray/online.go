@@ -144,35 +144,22 @@ type progressReply struct {
 // server's progress of the task (kind, dev) meanwhile, and decodes the
 // report into rep.
 func remoteHeal(ctx context.Context, cl *redis.Client, bar *progress, kind string, dev int, rep any, args ...any) error {
-	stop := make(chan struct{})
-	polled := make(chan struct{})
-	go func() {
-		defer close(polled)
-		if bar == nil {
-			return
-		}
-		t := time.NewTicker(progressEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
+	stop := func() {}
+	if bar != nil {
+		stop = ticking(progressEvery, func() {
 			var pr progressReply
 			if remoteJSON(ctx, cl, &pr, "kvarray.progress") != nil {
-				continue
+				return
 			}
 			for _, tk := range pr.Tasks {
 				if tk.Kind == kind && tk.Dev == dev {
 					bar.update(array.Progress{Dev: dev, Keys: tk.Keys, Total: tk.Total, Bytes: tk.Bytes, Failed: tk.Failed, Elapsed: tk.Elapsed})
 				}
 			}
-		}
-	}()
+		})
+	}
 	err := remoteJSON(ctx, cl, rep, args...)
-	close(stop)
-	<-polled
+	stop()
 	if err != nil && ctx.Err() != nil {
 		return fmt.Errorf("%s: stopped waiting; the %s goes on in the server ('kvarray status' shows its progress)", kind, kind)
 	}
