@@ -1,11 +1,14 @@
 package array
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/format"
@@ -454,5 +457,90 @@ func TestOldSetNeverResurrectsOldValue(t *testing.T) {
 			r.mems[d].Recover()
 			r.a.SetDeviceState(d, mechanism.Healthy)
 		}
+	}
+}
+
+// TestStaleMemberStillCountsForItsSet: a Packing set formed while two of
+// its members' devices were down holds those two members in its parities
+// alone. A third member's key then moves to Replication while its device
+// is down too, so the set cannot let that member go. When the three come
+// back, the third still holds the member's bytes: no longer its key's
+// value (it missed the newer write), but what the parities still cover,
+// and what the first two are rebuilt from. Reads must use them; no store
+// or repair may overwrite them before the set has let them go.
+// (CI's TestScrubRollback found it: "3 of 6 pieces bad" after a restart,
+// and the scrub then destroyed the third member's bytes.)
+func TestStaleMemberStillCountsForItsSet(t *testing.T) {
+	for _, how := range []string{"scrub", "store"} {
+		t.Run(how, func(t *testing.T) {
+			r := packingRig(t, time.Second)
+			rng := newRand(t)
+			keys := balancedKeys(r, 4)
+			vals := make([][]byte, len(keys))
+			for i := range vals {
+				vals[i] = randBytes(rng, 1000)
+			}
+			down := func(key string) int {
+				d := r.a.primary([]byte(key), 0)
+				r.mems[d].Fail()
+				r.a.SetDeviceState(d, mechanism.Failed)
+				return d
+			}
+			a, b := down(keys[0]), down(keys[1])
+			storeConcurrently(t, r.a, keys, vals)
+			sets := 0
+			eachParity(t, r, func(_ int, _ []byte, members, _ []int) {
+				if slices.Contains(members, a) && slices.Contains(members, b) && len(members) == 4 {
+					sets++
+				}
+			})
+			if sets == 0 {
+				t.Fatal("setup: the four keys formed no one set")
+			}
+			c := down(keys[2])
+			newC := randBytes(rng, 1000)
+			// Its release fails (the set cannot be patched with three of its
+			// pieces out of reach), so the store fails: key-2 may then read
+			// as either value, and once read, must stay at it.
+			err := r.a.Store(ctx, []byte(keys[2]), newC, Using("replication"))
+			t.Logf("store while three devices are down: %v", err)
+			for _, d := range []int{a, b, c} {
+				r.mems[d].Recover()
+			}
+			r.reopen()
+			// The first two first: their reads need the third's old bytes.
+			r.mustRead(keys[0], vals[0])
+			r.mustRead(keys[1], vals[1])
+			if err == nil {
+				vals[2] = newC
+			} else if got, err := r.a.Retrieve(ctx, []byte(keys[2])); err == nil && bytes.Equal(got, newC) {
+				vals[2] = newC
+			}
+			for i := range keys {
+				r.mustRead(keys[i], vals[i])
+			}
+			switch how {
+			case "scrub":
+				if _, err := r.a.Scrub(ctx, true); err != nil {
+					t.Fatalf("scrub: %v", err)
+				}
+			case "store":
+				vals[2] = randBytes(rng, 1000)
+				r.mustStore(keys[2], vals[2], Using("replication"))
+			}
+			for i := range keys {
+				r.mustRead(keys[i], vals[i])
+			}
+			// Nothing the repairs left depends on the third device: it may
+			// fail now with one other, as any two may.
+			r.repairAll(keys)
+			for _, d := range []int{c, a} {
+				r.mems[d].Fail()
+				r.a.SetDeviceState(d, mechanism.Failed)
+			}
+			for i := range keys {
+				r.mustRead(keys[i], vals[i])
+			}
+		})
 	}
 }

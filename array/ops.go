@@ -81,6 +81,56 @@ func prevM(prev *located) mechanism.Mechanism {
 // so the array reads before writing for them even in standalone mode.
 type needsPrevious interface{ NeedsPrevious() bool }
 
+// releaseMissed lets go of an old piece of split k on its primary that
+// the primary's record says it missed writes of, before a store or a
+// repair overwrites it. Such a piece may be a Packing member its set
+// still lists: the store that moved the key on could not patch it out of
+// the parities while the primary was down, so the set still needs its
+// bytes, and members lost to the same faults may be reconstructible only
+// with them. It leaves its set first (patched out with its own bytes, now
+// readable), exactly as a store with the primary up does; when that
+// cannot be done the caller must not overwrite the piece. current is the
+// version the caller writes or repairs: a piece of it is no old piece.
+func (a *Array) releaseMissed(ctx context.Context, k mechanism.Key, current uint64) error {
+	if !a.env.Missing(k.Primary, k.Data()) {
+		return nil
+	}
+	ops := []mechanism.Op{{Dev: k.Primary, Op: device.Op{Kind: device.OpRetrieve, Key: k.Data()}}}
+	a.env.Do(ctx, ops)
+	if ops[0].Hidden == nil {
+		return nil
+	}
+	v, err := format.Decode(ops[0].Hidden)
+	if err != nil || v.Version == current {
+		return nil
+	}
+	lg, ok := a.byRM[v.RM].(letGoer)
+	if !ok {
+		return nil // its pieces carry nothing for other values
+	}
+	if err := lg.LetGo(ctx, k, v); err != nil {
+		return fmt.Errorf("let go of the old piece of split %d on device %d, which missed newer writes: %w", k.Split, k.Primary, err)
+	}
+	return nil
+}
+
+// letGoer is implemented by mechanisms whose pieces other values may
+// depend on (Packing: a set's member): see releaseMissed.
+type letGoer interface {
+	LetGo(ctx context.Context, k mechanism.Key, v format.Value) error
+}
+
+// retrieveSplit is m.Retrieve of split k, located at version v, with its
+// rewrites held back from an old piece on k's primary that a Packing set
+// may still need (see releaseMissed): when the piece cannot leave its set
+// yet, the read rewrites nothing.
+func (a *Array) retrieveSplit(ctx context.Context, m mechanism.Mechanism, k mechanism.Key, have []mechanism.Piece, v uint64) ([]byte, format.Header, error) {
+	if err := a.releaseMissed(ctx, k, v); err != nil {
+		ctx = mechanism.WithDryRun(ctx, &mechanism.DryRun{})
+	}
+	return m.Retrieve(ctx, k, have)
+}
+
 // locate finds which mechanism wrote split k: from the primary's header
 // when it reads well, else from the newest good piece on the devices that
 // can hold pieces under the data key.
@@ -390,7 +440,11 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 		if prev != nil && prev.m == m && inPlace(s) {
 			pv = prevFor(s)
 		}
-		return m.Store(ctx, a.splitKey(key, s, obj.Version), obj, value[lo:hi], pv)
+		k := a.splitKey(key, s, obj.Version)
+		if err := a.releaseMissed(ctx, k, obj.Version); err != nil {
+			return err
+		}
+		return m.Store(ctx, k, obj, value[lo:hi], pv)
 	}
 	if a.banked && n > 1 {
 		// Split 0 last: it is what makes the new value the current one.
@@ -594,7 +648,7 @@ func (a *Array) retrieveValue(ctx context.Context, key []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	v0, h0, err := l.m.Retrieve(ctx, k0, l.have)
+	v0, h0, err := a.retrieveSplit(ctx, l.m, k0, l.have, l.header().Version)
 	if err != nil {
 		return nil, err
 	}
@@ -622,7 +676,7 @@ func (a *Array) retrieveValue(ctx context.Context, key []byte) ([]byte, error) {
 		if l.m.RM() != h0.RM {
 			return fmt.Errorf("split %d written by %s, split 0 by mechanism id %d: %w", s, l.m.Name(), h0.RM, format.ErrCorrupt)
 		}
-		v, h, err := l.m.Retrieve(ctx, k, l.have)
+		v, h, err := a.retrieveSplit(ctx, l.m, k, l.have, h0.Version)
 		if err != nil {
 			return err
 		}
@@ -884,6 +938,9 @@ func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error)
 			if s > 0 {
 				k.Want = h.Version
 			}
+			if err := a.releaseMissed(ctx, k, h.Version); err != nil {
+				return 0, err
+			}
 			n, err := l.m.Repair(ctx, k, &h)
 			if err != nil {
 				return n, err
@@ -939,7 +996,11 @@ func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error)
 	}
 	for _, b := range a.leftoverBanks(splits, version) {
 		for s := b.from; s < a.maxSplits(); s++ {
-			n, err := a.sweep(ctx, a.splitKey(key, s, b.version), 0, 0)
+			k := a.splitKey(key, s, b.version)
+			if err := a.releaseMissed(ctx, k, 0); err != nil {
+				return total, size, err
+			}
+			n, err := a.sweep(ctx, k, 0, 0)
 			total += n
 			if err != nil {
 				return total, size, err

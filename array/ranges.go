@@ -311,7 +311,7 @@ func (a *Array) readParts(ctx context.Context, key []byte, s int, l *located, h0
 		}
 		m, have = ls.m, ls.have
 	}
-	v, h, err := m.Retrieve(ctx, k, have)
+	v, h, err := a.retrieveSplit(ctx, m, k, have, h0.Version)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,8 +91,11 @@ func TestScrubRollback(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	var seed = rand.Uint64()
-	t.Logf("seed %d", seed)
+	seed := rand.Uint64()
+	if s := os.Getenv("SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (replay with SEED=%d; the kills' timing varies)", seed, seed)
 	load(nkeys/writers, seed) // every key about once
 	// Kill under load: the kills land while writes are in flight.
 	during := func(rounds int, seed uint64, fault func()) {

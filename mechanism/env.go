@@ -165,6 +165,12 @@ func (e *DeviceError) Unwrap() error { return e.Err }
 type Op struct {
 	Dev int
 	device.Op
+	// Hidden is what a read found before Do failed it with ErrStale: the
+	// device missed a later write of the key, so the bytes are no answer
+	// to "what is the key's value". A caller that checks them against an
+	// exact version it already knows (a Packing set's member, whose
+	// bytes its parities still cover) may use them; nothing else may.
+	Hidden []byte
 }
 
 // ErrMarkedFailed is the error of an operation not sent to a device
@@ -341,6 +347,9 @@ func (e *Env) settle(dev int, gen Gen, ops []Op, batchErr error) {
 		if !isWrite(op.Kind) && (op.Err == nil || errors.Is(op.Err, device.ErrNotFound)) {
 			notFound := op.Err != nil || (op.Kind == device.OpExist && !op.Found)
 			if e.missed(dev, op.Key) || (rebuilding && notFound) {
+				if op.Err == nil {
+					op.Hidden = op.Result
+				}
 				op.Err, op.Result, op.Found = ErrStale, nil, false
 			}
 		}

@@ -649,10 +649,15 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member, le
 	}
 	m.env.Do(ctx, ops)
 	listed := make([]bool, k)
+	// known, per data shard: bad (the piece is rewritten) but its bytes
+	// are right: a stale device's piece at the listed version.
+	known := make([]bool, k)
 	for i, mb := range st.f.members {
 		listed[mb.slot] = true
 		if v, ok := memberPiece(&ops[i], st.g.set, &mb); ok {
 			st.shards[mb.slot] = pad(v.Payload, st.g.shardSize)
+			known[mb.slot] = ops[i].Err != nil
+			st.bad[mb.slot] = known[mb.slot]
 		} else {
 			st.bad[mb.slot] = true
 			st.superseded[mb.slot] = m.supersedes(&ops[i], &mb)
@@ -671,7 +676,7 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member, le
 	}
 	lost, missing := 0, false // missing: a current member's bytes
 	for i, b := range st.bad {
-		if b {
+		if b && !(i < k && known[i]) {
 			lost++
 			missing = missing || (i < k && !st.superseded[i])
 		}
@@ -702,7 +707,7 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member, le
 	}
 	if lost > 0 {
 		for i, b := range st.bad {
-			if b {
+			if b && !(i < k && known[i]) {
 				st.shards[i] = nil
 			}
 		}
@@ -759,10 +764,20 @@ func (m *Mechanism) fromRoster(ctx context.Context, g geometry, roster []member)
 // memberPiece decodes op's result as the piece of member mb of set id: the
 // listed version, whole, in that set and slot or moved to another set.
 func memberPiece(op *mechanism.Op, id uint64, mb *member) (format.Value, bool) {
-	if op.Err != nil {
+	raw := op.Result
+	switch {
+	case errors.Is(op.Err, mechanism.ErrStale) && op.Hidden != nil:
+		// The device missed a later write of the key (to another
+		// mechanism, or while it was down): the piece is no longer the
+		// key's value, but at the listed version it is still the bytes
+		// the parities cover, and members lost to the same faults may
+		// need it. (loadSet still rewrites the piece, as it rewrites a
+		// lost one, but does not count it lost.)
+		raw = op.Hidden
+	case op.Err != nil:
 		return format.Value{}, false
 	}
-	v, err := format.Decode(op.Result)
+	v, err := format.Decode(raw)
 	if err != nil || v.RM != format.RMPacking || v.Version != mb.version || v.SplitLen != mb.splitLen || len(v.Payload) != int(mb.splitLen) {
 		return format.Value{}, false
 	}
@@ -1130,6 +1145,32 @@ func (m *Mechanism) detachFrom(ctx context.Context, k mechanism.Key, f memberFie
 		m.noteThinned(pf.members)
 	}
 	m.noteSet(&pf, pv)
+	return nil
+}
+
+// LetGo removes member piece v of split k from its set when the set still
+// lists it at v's version: v was found on k's primary, which missed newer
+// writes of k (the store that moved k on could not patch it out while the
+// primary was down), and the caller is about to overwrite it. The patch
+// uses v's own bytes. It does nothing when no readable parity lists v:
+// the set has let it go, or cannot be read (and then it is rebuilt from
+// its roster, which the overwrite leaves without v, as a leave would).
+func (m *Mechanism) LetGo(ctx context.Context, k mechanism.Key, v format.Value) error {
+	f, err := decodeMember(v.Fields)
+	if err != nil {
+		return nil // not a member piece
+	}
+	listed := slices.ContainsFunc(m.readParities(ctx, f.geometry), func(p parity) bool {
+		return p.ok && slices.ContainsFunc(p.f.members, func(mb member) bool {
+			return mb.slot == f.slot && mb.version == v.Version && mb.split == k.Split && string(mb.key) == string(k.User)
+		})
+	})
+	if !listed {
+		return nil
+	}
+	if err := m.detachFrom(ctx, k, f, v, true); err != nil {
+		return fmt.Errorf("packing: let split %d of %q go from set %x: %w", k.Split, k.User, f.set, err)
+	}
 	return nil
 }
 
