@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/device/faultdev"
+	"github.com/kvarray/kvarray/device/mem"
 	"github.com/kvarray/kvarray/format"
 	"github.com/kvarray/kvarray/mechanism"
 )
@@ -543,4 +546,58 @@ func TestStaleMemberStillCountsForItsSet(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFailedBankedStoreLeavesOldValueReadable: a store whose pieces past
+// the primary go under the bank key (Splitting) fails short of its quorum
+// with its primary down: three of its six shards landed, too few to
+// decode. The old value (Replication, whole on the neighbours; the
+// primary missed it) stands, and must read back: the failed store's
+// shards, newer than it, must not make the key unreadable. (CI's
+// TestScrubRollback: "3 good shards of version …, 4 needed".)
+func TestFailedBankedStoreLeavesOldValueReadable(t *testing.T) {
+	r := &rig{t: t, opts: []Option{everyMechanism(), WithDefault("replication")}}
+	// dies is the device that fails under the store, at its shard's write.
+	var dies atomic.Int64
+	dies.Store(-1)
+	for i := range 6 {
+		m := mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)))
+		r.mems = append(r.mems, m)
+		r.devs = append(r.devs, faultdev.Wrap(m, faultdev.InjectorFunc(func(op faultdev.Op) error {
+			if dies.Load() == int64(i) && op.Kind == device.OpStore && bytes.HasPrefix(op.Key, []byte("k\x00")) {
+				r.mems[i].Fail()
+				return faultdev.ErrInjected
+			}
+			return nil
+		})))
+	}
+	a, err := Create(ctx, r.devs, r.opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.a = a
+	t.Cleanup(func() { _ = r.a.Close() })
+	rng := newRand(t)
+	old := randBytes(rng, 4096)
+	p := r.a.primary([]byte("k"), 0)
+	down := func(d int) {
+		r.mems[d].Fail()
+		r.a.SetDeviceState(d, mechanism.Failed)
+	}
+	down(p)
+	r.mustStore("k", old) // the primary misses it
+	down((p + 3) % 6)
+	dies.Store(int64((p + 4) % 6))
+	if err := r.a.Store(ctx, []byte("k"), randBytes(rng, 64<<10), Using("splitting")); err == nil {
+		t.Fatal("a store that lost three of six shards succeeded")
+	}
+	dies.Store(-1)
+	r.mustRead("k", old)
+	for _, d := range []int{p, (p + 3) % 6, (p + 4) % 6} {
+		r.mems[d].Recover()
+	}
+	r.reopen()
+	r.mustRead("k", old)
+	r.heal()
+	r.mustRead("k", old)
 }

@@ -114,6 +114,24 @@ func (a *Array) releaseMissed(ctx context.Context, k mechanism.Key, current uint
 	return nil
 }
 
+// dropUncommitted deletes, best effort, the pieces past the primary of
+// split 0 of a store of version v that failed before its commit point
+// (its piece on the primary) landed. They are under the bank key, apart
+// from the old value, which stays current and whole; but they are newer,
+// so a read that cannot use the primary would take them for the value,
+// and fail when too few landed to decode. The store failed, so either
+// value may be read: the old one is.
+func (a *Array) dropUncommitted(ctx context.Context, key []byte, m mechanism.Mechanism, v uint64) {
+	if !banksPastPrimary(m, v) {
+		return
+	}
+	k := a.key(key, 0)
+	if p := a.env.Read(ctx, k.Data(), []int{k.Primary})[0]; p.OK() && p.Value.Version == v {
+		return // committed: the store failed past it
+	}
+	_ = a.env.Delete(ctx, k.Bank(), a.env.Span(k, 1, m.Width()), m.Width())
+}
+
 // letGoer is implemented by mechanisms whose pieces other values may
 // depend on (Packing: a set's member): see releaseMissed.
 type letGoer interface {
@@ -453,6 +471,9 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 		}
 	} else {
 		err = a.forSplits(ctx, n, storeSplit)
+	}
+	if err != nil && prev != nil {
+		a.dropUncommitted(ctx, key, m, obj.Version)
 	}
 	if err != nil && prev != nil && prev.m != m {
 		// A failed store may still have overwritten some of the old
