@@ -556,27 +556,18 @@ func TestStaleMemberStillCountsForItsSet(t *testing.T) {
 // shards, newer than it, must not make the key unreadable. (CI's
 // TestScrubRollback: "3 good shards of version …, 4 needed".)
 func TestFailedBankedStoreLeavesOldValueReadable(t *testing.T) {
-	r := &rig{t: t, opts: []Option{everyMechanism(), WithDefault("replication")}}
 	// dies is the device that fails under the store, at its shard's write.
 	var dies atomic.Int64
 	dies.Store(-1)
-	for i := range 6 {
-		m := mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)))
-		r.mems = append(r.mems, m)
-		r.devs = append(r.devs, faultdev.Wrap(m, faultdev.InjectorFunc(func(op faultdev.Op) error {
+	r := newFaultRig(t, func(i int, m *mem.Device) faultdev.Injector {
+		return faultdev.InjectorFunc(func(op faultdev.Op) error {
 			if dies.Load() == int64(i) && op.Kind == device.OpStore && bytes.HasPrefix(op.Key, []byte("k\x00")) {
-				r.mems[i].Fail()
+				m.Fail()
 				return faultdev.ErrInjected
 			}
 			return nil
-		})))
-	}
-	a, err := Create(ctx, r.devs, r.opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.a = a
-	t.Cleanup(func() { _ = r.a.Close() })
+		})
+	}, everyMechanism(), WithDefault("replication"))
 	rng := newRand(t)
 	old := randBytes(rng, 4096)
 	p := r.a.primary([]byte("k"), 0)

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/device/faultdev"
 	"github.com/kvarray/kvarray/device/mem"
 	"github.com/kvarray/kvarray/format"
 	"github.com/kvarray/kvarray/mechanism"
@@ -48,6 +49,25 @@ func newRigLimits(t testing.TB, n int, l device.Limits, opts ...Option) *rig {
 		m := mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)), mem.WithLimits(l))
 		r.mems = append(r.mems, m)
 		r.devs = append(r.devs, m)
+	}
+	a, err := Create(context.Background(), r.devs, opts...)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	r.a = a
+	t.Cleanup(func() { _ = r.a.Close() })
+	return r
+}
+
+// newFaultRig is newRig over six mem devices, each wrapped by faultdev
+// with the injector inject returns for it.
+func newFaultRig(t testing.TB, inject func(i int, m *mem.Device) faultdev.Injector, opts ...Option) *rig {
+	t.Helper()
+	r := &rig{t: t, opts: opts}
+	for i := range 6 {
+		m := mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)))
+		r.mems = append(r.mems, m)
+		r.devs = append(r.devs, faultdev.Wrap(m, inject(i, m)))
 	}
 	a, err := Create(context.Background(), r.devs, opts...)
 	if err != nil {

@@ -205,20 +205,11 @@ func (d *dying) MaybeError(op faultdev.Op) error {
 }
 
 func packedUpdateWithPrimaryDown(t *testing.T, known bool) {
-	r := &rig{t: t, opts: []Option{WithMechanisms(packing.New(4, 2, 20*time.Millisecond), replication.New(3)), WithDefault("packing")}}
 	faults := make([]*dying, 6)
-	for i := range 6 {
-		m := mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)))
+	r := newFaultRig(t, func(i int, _ *mem.Device) faultdev.Injector {
 		faults[i] = &dying{}
-		r.mems = append(r.mems, m)
-		r.devs = append(r.devs, faultdev.Wrap(m, faults[i]))
-	}
-	a, err := Create(ctx, r.devs, r.opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.a = a
-	t.Cleanup(func() { _ = r.a.Close() })
+		return faults[i]
+	}, WithMechanisms(packing.New(4, 2, 20*time.Millisecond), replication.New(3)), WithDefault("packing"))
 	rng := newRand(t)
 	keys, live := storePacked(t, r, rng, 24)
 	const down = 3
