@@ -44,30 +44,27 @@ func newRig(t testing.TB, n int, opts ...Option) *rig {
 // newRigLimits is newRig with device limits (zero fields: defaults).
 func newRigLimits(t testing.TB, n int, l device.Limits, opts ...Option) *rig {
 	t.Helper()
-	r := &rig{t: t, opts: opts}
-	for i := 0; i < n; i++ {
-		m := mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)), mem.WithLimits(l))
-		r.mems = append(r.mems, m)
-		r.devs = append(r.devs, m)
-	}
-	a, err := Create(context.Background(), r.devs, opts...)
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	r.a = a
-	t.Cleanup(func() { _ = r.a.Close() })
-	return r
+	return newRigWrapped(t, n, l, func(_ int, m *mem.Device) device.Device { return m }, opts...)
 }
 
 // newFaultRig is newRig over six mem devices, each wrapped by faultdev
 // with the injector inject returns for it.
 func newFaultRig(t testing.TB, inject func(i int, m *mem.Device) faultdev.Injector, opts ...Option) *rig {
 	t.Helper()
+	return newRigWrapped(t, 6, device.Limits{}, func(i int, m *mem.Device) device.Device {
+		return faultdev.Wrap(m, inject(i, m))
+	}, opts...)
+}
+
+// newRigWrapped creates the array over n mem devices, each as wrap
+// returns it.
+func newRigWrapped(t testing.TB, n int, l device.Limits, wrap func(i int, m *mem.Device) device.Device, opts ...Option) *rig {
+	t.Helper()
 	r := &rig{t: t, opts: opts}
-	for i := range 6 {
-		m := mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)))
+	for i := range n {
+		m := mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)), mem.WithLimits(l))
 		r.mems = append(r.mems, m)
-		r.devs = append(r.devs, faultdev.Wrap(m, inject(i, m)))
+		r.devs = append(r.devs, wrap(i, m))
 	}
 	a, err := Create(context.Background(), r.devs, opts...)
 	if err != nil {
