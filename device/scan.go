@@ -47,6 +47,23 @@ func Scan(ctx context.Context, d Device, prefix, start []byte, values bool, fn f
 	})
 }
 
+// Orderer is an optional interface of devices that know at no cost
+// whether they iterate in ascending key order (Info().Ordered): Info may
+// cost far more (Pebble's computes the disk usage and key count), and
+// every listing page asks each device.
+type Orderer interface {
+	Ordered() bool
+}
+
+// IsOrdered is d's Ordered when it implements Orderer, else Info's.
+func IsOrdered(ctx context.Context, d Device) (bool, error) {
+	if o, ok := d.(Orderer); ok {
+		return o.Ordered(), nil
+	}
+	info, err := d.Info(ctx)
+	return info.Ordered, err
+}
+
 // Want is what a filtered scan (ScanFiltered) does with a key.
 type Want uint8
 

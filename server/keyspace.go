@@ -137,7 +137,14 @@ func cmdScan(c *call) {
 	if typ != "" && typ != "string" {
 		keys = nil
 	}
-	keys, err = c.existing(db, keys)
+	if c.tx != nil {
+		keys, err = c.existing(db, keys) // the transaction's own writes count
+	} else {
+		// The listing is exact; only keys past their expire-at and not
+		// yet reclaimed are read (a read of every key listed was 22%
+		// of a full scan's CPU).
+		keys, err = c.live(db, keys)
+	}
 	if err != nil {
 		c.fail(err)
 		return

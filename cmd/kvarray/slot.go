@@ -59,6 +59,12 @@ func (s *slot) ScanFiltered(ctx context.Context, prefix, start []byte, want func
 	return device.ScanFiltered(ctx, s.dev(), prefix, start, want, fn)
 }
 
+// Ordered implements device.Orderer.
+func (s *slot) Ordered() bool {
+	ordered, err := device.IsOrdered(context.Background(), s.dev())
+	return err == nil && ordered
+}
+
 // BatchDeferred implements device.Deferred: the device's, or a synced
 // Batch on a device that cannot defer (more durable than asked).
 func (s *slot) BatchDeferred(ctx context.Context, ops []device.Op) error {

@@ -502,6 +502,9 @@ func (d *Device) validate(i int, op *device.Op) error {
 	return nil
 }
 
+// Ordered implements device.Orderer: the device iterates in key order.
+func (d *Device) Ordered() bool { return true }
+
 // Info implements device.Device.
 func (d *Device) Info(ctx context.Context) (device.Info, error) {
 	d.mu.RLock()

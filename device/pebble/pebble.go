@@ -979,6 +979,9 @@ func (d *Device) batchReads(ctx context.Context, ops []device.Op, reads []read, 
 	}
 }
 
+// Ordered implements device.Orderer: Pebble iterates in key order.
+func (d *Device) Ordered() bool { return true }
+
 // Info implements device.Device. Keys and Used are estimates (see the
 // package doc). A device that is read-only or failed returns why, so that
 // status shows the reason, rather than ask a Pebble that may be stuck.

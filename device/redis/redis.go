@@ -649,6 +649,9 @@ func (d *Device) Batch(ctx context.Context, ops []device.Op) error {
 	return nil
 }
 
+// Ordered implements device.Orderer: SCAN walks Redis's hash table, in no key order.
+func (d *Device) Ordered() bool { return false }
+
 // Info implements device.Device. Keys and Used come from one pass over the
 // database (see the package doc).
 func (d *Device) Info(ctx context.Context) (device.Info, error) {
