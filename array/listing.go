@@ -146,38 +146,6 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 	}
 	errs := make([]error, n)
 	gens := make([]mechanism.Gen, n)
-	// Of each device, its first count+1 user keys: the page's count keys
-	// are among them (a device's keys before one of the page's are in
-	// the page too), and one more tells whether the listing goes on. Read
-	// in turn on this goroutine, and merged after: pulled lazily through
-	// coroutines instead, the scans' deep stacks were copied as they grew
-	// (a third of a full SCAN's CPU).
-	var entries []scanEntry
-	for i := 0; i < n; i++ {
-		keep := func(k []byte) device.Want {
-			user, split, kind, err := format.ParseKey(k)
-			if err == nil && format.HoldsPiece(kind) && split == 0 && !a.isBucket(user) && a.answersFor(i, user) {
-				return device.KeyOnly
-			}
-			return device.Skip
-		}
-		_, gens[i] = a.env.DeviceGen(i)
-		users := 0
-		var last []byte
-		for e := range a.sortedScan(ctx, i, prefix, start, false, keep, &errs[i]) {
-			user, _, _, _ := format.ParseKey(e.Key)
-			if after != nil && bytes.Compare(user, after) <= 0 {
-				continue // after's bank key: it sorts past start
-			}
-			if !bytes.Equal(user, last) {
-				if users++; users > count+1 {
-					break
-				}
-				last = user
-			}
-			entries = append(entries, e)
-		}
-	}
 	// Keys only a device that cannot list them held: all of them, each
 	// call, and only while some device is not healthy.
 	more, err := a.unlistedKeys(ctx, prefix)
@@ -185,37 +153,91 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 		return nil, nil, -1, nil, err
 	}
 	more = slices.DeleteFunc(more, a.isBucket)
-	for _, k := range more {
-		if after == nil || bytes.Compare(k, after) > 0 {
-			entries = append(entries, scanEntry{Key: format.Key(k, 0, format.KindData), Val: scanned{dev: -1}})
-		}
-	}
+	var tiny [][]byte
 	if a.tiny != nil {
 		// From the listing index (tinyindex.go): a page's worth, and
 		// one more to tell whether the listing goes on.
-		tk, err := a.tinyKeysAfter(ctx, prefix, after, count+1)
-		if err != nil {
+		if tiny, err = a.tinyKeysAfter(ctx, prefix, after, count+1); err != nil {
 			return nil, nil, -1, nil, err
 		}
-		for _, k := range tk {
+	}
+	// Of each device, its first limit user keys, read in turn on this
+	// goroutine and merged after (pulled lazily through coroutines
+	// instead, the scans' deep stacks were copied as they grew: a third
+	// of a full SCAN's CPU). With limit count+1 the page's count keys are
+	// among them (a device's keys before one of the page's are in the
+	// page too), and one more tells whether the listing goes on. A
+	// smaller limit reads less: the page is then exact up to the least
+	// last key of the devices it cut short (bound), and read again whole
+	// when that leaves it short.
+	collect := func(limit int) (entries []scanEntry, bound []byte) {
+		for i := 0; i < n; i++ {
+			keep := func(k []byte) device.Want {
+				user, split, kind, err := format.ParseKey(k)
+				if err == nil && format.HoldsPiece(kind) && split == 0 && !a.isBucket(user) && a.answersFor(i, user) {
+					return device.KeyOnly
+				}
+				return device.Skip
+			}
+			_, gens[i] = a.env.DeviceGen(i)
+			errs[i] = nil
+			users := 0
+			var last []byte
+			for e := range a.sortedScan(ctx, i, prefix, start, false, keep, &errs[i]) {
+				user, _, _, _ := format.ParseKey(e.Key)
+				if after != nil && bytes.Compare(user, after) <= 0 {
+					continue // after's bank key: it sorts past start
+				}
+				if !bytes.Equal(user, last) {
+					if users++; users > limit {
+						if bound == nil || bytes.Compare(last, bound) < 0 {
+							bound = last
+						}
+						break
+					}
+					last = user
+				}
+				entries = append(entries, e)
+			}
+		}
+		for _, k := range more {
+			if after == nil || bytes.Compare(k, after) > 0 {
+				entries = append(entries, scanEntry{Key: format.Key(k, 0, format.KindData), Val: scanned{dev: -1}})
+			}
+		}
+		for _, k := range tiny {
 			entries = append(entries, scanEntry{Key: format.Key(k, 0, format.KindData), Val: scanned{dev: -1}})
 		}
+		slices.SortFunc(entries, func(x, y scanEntry) int { return bytes.Compare(x.Key, y.Key) })
+		return entries, bound
 	}
-	slices.SortFunc(entries, func(x, y scanEntry) int { return bytes.Compare(x.Key, y.Key) })
+	// About twice a device's share of the page.
+	limit := min(count+1, 2*((count+n-1)/n)+1)
 	complete := true
-	for _, m := range entries {
-		user, _, _, _ := format.ParseKey(m.Key)
-		if len(keys) > 0 && bytes.Equal(keys[len(keys)-1], user) || after != nil && bytes.Compare(user, after) <= 0 {
-			// Its data key and its bank key, from two devices (the bank
-			// key sorts after the data key: it may even come after
-			// after's).
-			continue
+	for {
+		entries, bound := collect(limit)
+		keys, complete = keys[:0], true
+		for _, m := range entries {
+			user, _, _, _ := format.ParseKey(m.Key)
+			if len(keys) > 0 && bytes.Equal(keys[len(keys)-1], user) || after != nil && bytes.Compare(user, after) <= 0 {
+				// Its data key and its bank key, from two devices (the bank
+				// key sorts after the data key: it may even come after
+				// after's).
+				continue
+			}
+			if bound != nil && bytes.Compare(user, bound) > 0 {
+				break // past what every device was read to
+			}
+			if len(keys) == count {
+				complete = false
+				break
+			}
+			keys = append(keys, user)
 		}
-		if len(keys) == count {
-			complete = false
+		if bound == nil || !complete || limit == count+1 {
 			break
 		}
-		keys = append(keys, user)
+		limit = count + 1
 	}
 	for i, err := range errs {
 		switch {
