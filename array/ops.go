@@ -120,7 +120,9 @@ func (a *Array) releaseMissed(ctx context.Context, k mechanism.Key, current uint
 // from the old value, which stays current and whole; but they are newer,
 // so a read that cannot use the primary would take them for the value,
 // and fail when too few landed to decode. The store failed, so either
-// value may be read: the old one is.
+// value may be read: the old one is. Only pieces read back as version v
+// go: the bank key may hold another write's (the caller holds the key's
+// lock, so none lands between the read and the delete).
 func (a *Array) dropUncommitted(ctx context.Context, key []byte, m mechanism.Mechanism, v uint64) {
 	if !banksPastPrimary(m, v) {
 		return
@@ -129,7 +131,15 @@ func (a *Array) dropUncommitted(ctx context.Context, key []byte, m mechanism.Mec
 	if p := a.env.Read(ctx, k.Data(), []int{k.Primary})[0]; p.OK() && p.Value.Version == v {
 		return // committed: the store failed past it
 	}
-	_ = a.env.Delete(ctx, k.Bank(), a.env.Span(k, 1, m.Width()), m.Width())
+	var devs []int
+	for _, p := range a.env.Read(ctx, k.Bank(), a.env.Span(k, 1, m.Width())) {
+		if p.OK() && p.Value.Version == v {
+			devs = append(devs, p.Dev)
+		}
+	}
+	if len(devs) > 0 {
+		_ = a.env.Delete(ctx, k.Bank(), devs, len(devs))
+	}
 }
 
 // letGoer is implemented by mechanisms whose pieces other values may
