@@ -205,9 +205,18 @@ func cmdKeys(c *call) {
 	}
 }
 
-// cmdDBSize lists the database's keys (the array keeps no count); keys
-// that expired and are not yet reclaimed count, as in Redis.
+// cmdDBSize answers from the keyspace's counts (keys that expired and are
+// not yet reclaimed count, as in Redis), and lists the database's keys
+// only while the counts are not exact (a recount after a crash) or
+// inside a transaction (its own writes count). Listing 2 M keys held
+// them all in memory: 480 MB of the server's RSS.
 func cmdDBSize(c *call) {
+	if c.tx == nil {
+		if n, _, exact := c.s.ks.Count(c.cl.db); exact {
+			c.w.WriteInt(int(n))
+			return
+		}
+	}
 	keys, err := c.listKeys(c.cl.db, nil)
 	if err != nil {
 		c.fail(err)
