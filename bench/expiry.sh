@@ -16,7 +16,7 @@ n=${1:-1000000}
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 pid=
-trap '[ -n "$pid" ] && kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $pid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 go build -o "$work/kvarray" "$root/cmd/kvarray"
 port=$((20000 + RANDOM % 20000))
 if [ "${DEVICES:-mem}" = pebble ]; then

@@ -17,7 +17,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 n=${1:-10000000}
 work=$(mktemp -d)
 spid=""
-trap 'kill $spid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $spid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 source "$root/bench/lib.sh"
 bin=$(kvarray_bin "$work")
 cd "$work"
