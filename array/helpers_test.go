@@ -226,15 +226,20 @@ func randBytes(rng *rand.Rand, n int) []byte {
 	return b
 }
 
-// newRand returns a seeded source; the seed is logged, and SEED=n in the
-// environment replays a run.
+// newRand returns a seeded source (see testSeed).
 func newRand(t testing.TB) *rand.Rand {
+	return rand.New(rand.NewPCG(testSeed(t), 0))
+}
+
+// testSeed returns a random seed, or SEED=n from the environment to
+// replay a run, and logs it.
+func testSeed(t testing.TB) uint64 {
 	seed := rand.Uint64()
 	if s := os.Getenv("SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
 	}
 	t.Logf("seed %d (replay with SEED=%d)", seed, seed)
-	return rand.New(rand.NewPCG(seed, 0))
+	return seed
 }
 
 // states lists what the array knows of each device.

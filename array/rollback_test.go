@@ -5,9 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,11 +89,7 @@ func TestScrubRollback(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	seed := rand.Uint64()
-	if s := os.Getenv("SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (replay with SEED=%d; the kills' timing varies)", seed, seed)
+	seed := testSeed(t)       // a replay repeats the writes; the kills' timing varies
 	load(nkeys/writers, seed) // every key about once
 	// Kill under load: the kills land while writes are in flight.
 	during := func(rounds int, seed uint64, fault func()) {
