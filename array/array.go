@@ -175,6 +175,7 @@ type Array struct {
 	bg       sync.WaitGroup // background work
 	meta     *metaCache     // nil: none
 	tiny     *tinyState     // nil: no tiny values (tiny.go); fixed at open
+	listings listings       // SCAN's device cursors kept between pages (cursors.go)
 }
 
 func build(devs []device.Device, opts []Option) (*Array, error) {
@@ -412,6 +413,7 @@ func (a *Array) Close() error {
 	a.closed = true
 	a.closeMu.Unlock()
 	a.haltOnce.Do(a.halt)
+	a.closeListings()
 	// A copy of a device taken while the array ran is older than this.
 	// Nothing issues versions any more: the lease comes down to the last.
 	a.advanceEpoch(context.Background(), a.env.Clock().Last()+1)

@@ -2,12 +2,15 @@ package array
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/device/mem"
 )
 
 // pages lists prefix a page of count keys at a time with KeysFrom,
@@ -157,5 +160,115 @@ func TestKeysFromBadCount(t *testing.T) {
 		if _, _, err := r.a.KeysFrom(ctx, nil, nil, n); !errors.Is(err, ErrBadCount) {
 			t.Fatalf("count %d: %v, want ErrBadCount", n, err)
 		}
+	}
+}
+
+// countedCursors is a mem device whose cursors are counted: opened, and
+// open now.
+type countedCursors struct {
+	*mem.Device
+	opened, open *atomic.Int64
+}
+
+func (d countedCursors) Cursor(ctx context.Context, prefix, start []byte) (device.Cursor, error) {
+	c, err := device.OpenCursor(ctx, d.Device, prefix, start)
+	if err != nil {
+		return nil, err
+	}
+	d.opened.Add(1)
+	d.open.Add(1)
+	return countedCursor{c, d.open}, nil
+}
+
+type countedCursor struct {
+	device.Cursor
+	open *atomic.Int64
+}
+
+func (c countedCursor) Close() error {
+	c.open.Add(-1)
+	return c.Cursor.Close()
+}
+
+// TestKeysFromKeepsCursors: the pages of one listing use the device
+// cursors its first page opened (cursors.go), unless a device changed
+// state between pages, which reopens them and still lists every key
+// present throughout exactly once; a finished listing closes its
+// cursors, an idle one is swept, and Close closes what is kept.
+func TestKeysFromKeepsCursors(t *testing.T) {
+	var opened, open atomic.Int64
+	r := newRigWrapped(t, 6, device.Limits{}, func(_ int, m *mem.Device) device.Device {
+		return countedCursors{m, &opened, &open}
+	}, hybridAll()...)
+	rng := newRand(t)
+	var want [][]byte
+	for i := range 150 {
+		k := fmt.Appendf(nil, "key-%04d", i)
+		want = append(want, k)
+		r.mustStore(string(k), randBytes(rng, []int{10, 3000, 20000}[i%3]))
+	}
+	list := func(failAt int) [][]byte {
+		var all [][]byte
+		var after []byte
+		for page := 0; ; page++ {
+			if page == failAt {
+				// Failed, and known so to the array.
+				r.mems[2].Fail()
+				_, gen := r.a.env.DeviceGen(2)
+				r.a.env.MarkFailed(2, gen)
+			}
+			keys, next, err := r.a.KeysFrom(ctx, nil, after, 7)
+			if err != nil {
+				t.Fatalf("page %d: %v", page, err)
+			}
+			all = append(all, keys...)
+			if next == nil {
+				return all
+			}
+			after = next
+		}
+	}
+	if got := list(-1); !slices.EqualFunc(got, want, bytes.Equal) {
+		t.Fatalf("listed %d keys, want %d", len(got), len(want))
+	}
+	if n := opened.Load(); n != 6 {
+		t.Fatalf("a listing of 22 pages opened %d cursors, want one per device", n)
+	}
+	if n := open.Load(); n != 0 {
+		t.Fatalf("%d cursors left open by a finished listing", n)
+	}
+	opened.Store(0)
+	if got := list(5); !slices.EqualFunc(got, want, bytes.Equal) {
+		t.Fatalf("device 2 failed at page 5: listed %d keys, want %d", len(got), len(want))
+	}
+	if n := opened.Load(); n != 6+6 {
+		t.Fatalf("a device failing mid-listing: %d cursors opened, want the first page's 6 and 6 again", n)
+	}
+	r.mems[2].Recover()
+
+	// One page, then left: kept until swept.
+	if _, _, err := r.a.KeysFrom(ctx, nil, nil, 7); err != nil {
+		t.Fatal(err)
+	}
+	if open.Load() == 0 {
+		t.Fatal("a listing's cursors were not kept after its first page")
+	}
+	r.a.listings.mu.Lock()
+	for _, l := range r.a.listings.kept {
+		l.used = l.used.Add(-listingIdle)
+	}
+	r.a.listings.mu.Unlock()
+	r.a.sweepListings()
+	if n := open.Load(); n != 0 {
+		t.Fatalf("%d cursors open after an idle listing was swept", n)
+	}
+	if _, _, err := r.a.KeysFrom(ctx, nil, nil, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := open.Load(); n != 0 {
+		t.Fatalf("%d cursors open after Close", n)
 	}
 }

@@ -19,7 +19,8 @@ import (
 // key u is u ‖ 0x00 0x00 0x00, which sorts as u does among user keys: so
 // an ordered merge of the devices' split-0 data keys is the user keys in
 // ascending order, and a listing resumes after any key with one seek per
-// device (device.Scanner).
+// device (device.Cursor), or none when the page before left its cursors
+// (cursors.go).
 
 // scanEntry is one internal key a device holds, with its value when the
 // scan asked for values and the device hands them out.
@@ -144,8 +145,6 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 		// The least internal key past after's split-0 data key.
 		start = append(format.Key(after, 0, format.KindData), 0)
 	}
-	errs := make([]error, n)
-	gens := make([]mechanism.Gen, n)
 	// Keys only a device that cannot list them held: all of them, each
 	// call, and only while some device is not healthy.
 	more, err := a.unlistedKeys(ctx, prefix)
@@ -161,29 +160,39 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 			return nil, nil, -1, nil, err
 		}
 	}
-	// Of each device, its first limit user keys, read in turn on this
-	// goroutine and merged after (pulled lazily through coroutines
-	// instead, the scans' deep stacks were copied as they grew: a third
-	// of a full SCAN's CPU). With limit count+1 the page's count keys are
-	// among them (a device's keys before one of the page's are in the
-	// page too), and one more tells whether the listing goes on. A
-	// smaller limit reads less: the page is then exact up to the least
-	// last key of the devices it cut short (bound), and read again whole
-	// when that leaves it short.
+	// The devices' cursors: those the page before left (cursors.go), or
+	// new ones seeked to start.
+	var l *listing
+	if after != nil {
+		l = a.takeListing(prefix, after)
+	}
+	if l == nil {
+		l = a.openListing(ctx, prefix, start)
+	}
+	keeps := make([]func([]byte) bool, n)
+	for i := range keeps {
+		keeps[i] = func(k []byte) bool {
+			user, split, kind, err := format.ParseKey(k)
+			return err == nil && format.HoldsPiece(kind) && split == 0 && !a.isBucket(user) && a.answersFor(i, user)
+		}
+	}
+	// Of each device, its first limit user keys past after, merged. With
+	// limit count+1 the page's count keys are among them (a device's keys
+	// before one of the page's are in the page too), and one more tells
+	// whether the listing goes on. A smaller limit reads less: the page
+	// is then exact up to the least last key of the devices it cut short
+	// (bound), and collected again whole when that leaves it short (the
+	// streams keep what they read, so nothing is read twice).
 	collect := func(limit int) (entries []scanEntry, bound []byte) {
-		for i := 0; i < n; i++ {
-			keep := func(k []byte) device.Want {
-				user, split, kind, err := format.ParseKey(k)
-				if err == nil && format.HoldsPiece(kind) && split == 0 && !a.isBucket(user) && a.answersFor(i, user) {
-					return device.KeyOnly
-				}
-				return device.Skip
-			}
-			_, gens[i] = a.env.DeviceGen(i)
-			errs[i] = nil
+		for i := range l.devs {
+			s := &l.devs[i]
 			users := 0
 			var last []byte
-			for e := range a.sortedScan(ctx, i, prefix, start, false, keep, &errs[i]) {
+			for j := 0; ; j++ {
+				e, ok := s.at(ctx, j, keeps[i])
+				if !ok {
+					break
+				}
 				user, _, _, _ := format.ParseKey(e.Key)
 				if after != nil && bytes.Compare(user, after) <= 0 {
 					continue // after's bank key: it sorts past start
@@ -239,22 +248,44 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 		}
 		limit = count + 1
 	}
-	for i, err := range errs {
+	for i := range l.devs {
+		err := l.devs[i].err
+		if err != nil {
+			err = fmt.Errorf("device %d (%s): %w", i, a.env.Name(i), err)
+		}
 		switch {
 		case err == nil:
 		case errors.Is(err, device.ErrDeviceFailed) && a.env.State(i) != mechanism.Failed:
-			return nil, nil, i, gens[i], nil
+			l.close()
+			return nil, nil, i, l.gens[i], nil
 		case errors.Is(err, device.ErrDeviceFailed):
 		default:
+			l.close()
 			return nil, nil, -1, nil, fmt.Errorf("keys from %s: %w", shown(after), err)
 		}
 	}
 	if err := ctx.Err(); err != nil {
+		l.close()
 		return nil, nil, -1, nil, err
 	}
-	if !complete {
-		next = keys[len(keys)-1]
+	if complete {
+		l.close()
+		return keys, nil, -1, nil, nil
 	}
+	next = keys[len(keys)-1]
+	for i := range l.devs {
+		s := &l.devs[i]
+		// What the next page resumes after is passed.
+		j := 0
+		for j < len(s.buf) {
+			if user, _, _, _ := format.ParseKey(s.buf[j].Key); bytes.Compare(user, next) > 0 {
+				break
+			}
+			j++
+		}
+		s.buf = slices.Delete(s.buf, 0, j)
+	}
+	a.putListing(prefix, next, l)
 	return keys, next, -1, nil, nil
 }
 

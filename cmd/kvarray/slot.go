@@ -59,6 +59,12 @@ func (s *slot) ScanFiltered(ctx context.Context, prefix, start []byte, want func
 	return device.ScanFiltered(ctx, s.dev(), prefix, start, want, fn)
 }
 
+// Cursor implements device.Cursorer. A cursor stays on the device it was
+// opened on; a device swapped meanwhile closes it when it is closed.
+func (s *slot) Cursor(ctx context.Context, prefix, start []byte) (device.Cursor, error) {
+	return device.OpenCursor(ctx, s.dev(), prefix, start)
+}
+
 // Ordered implements device.Orderer.
 func (s *slot) Ordered() bool {
 	ordered, err := device.IsOrdered(context.Background(), s.dev())

@@ -89,6 +89,81 @@ func RunScan(t *testing.T, d device.Device) {
 	if !errors.Is(err, stop) || n != 3 {
 		t.Fatalf("scan stopped by its callback: %v after %d keys, want the callback's error after 3", err, n)
 	}
+	runCursor(t, d)
+}
+
+// runCursor checks device.OpenCursor: every key with the prefix from
+// start, in order (ordered devices: unordered ones are sorted by
+// OpenCursor), across more keys than one chunk of the Scan fallback; and
+// that keys stored or deleted after a cursor opened change nothing of
+// what it yields of the others.
+func runCursor(t *testing.T, d device.Device) {
+	t.Helper()
+	ctx := context.Background()
+	var want [][]byte
+	for i := range 300 {
+		k := key("many/%04d", i)
+		want = append(want, k)
+		mustStore(t, d, k, val(i, 8))
+	}
+	walk := func(c device.Cursor, stopAt int) [][]byte {
+		t.Helper()
+		var got [][]byte
+		for len(got) != stopAt {
+			k, ok := c.Next(ctx)
+			if !ok {
+				break
+			}
+			got = append(got, bytes.Clone(k))
+		}
+		if err := c.Err(); err != nil {
+			t.Fatalf("cursor: %v", err)
+		}
+		return got
+	}
+	open := func(prefix, start []byte) device.Cursor {
+		t.Helper()
+		c, err := device.OpenCursor(ctx, d, prefix, start)
+		if err != nil {
+			t.Fatalf("open cursor %q from %q: %v", prefix, start, err)
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		start []byte
+		want  [][]byte
+	}{
+		{nil, want},
+		{key("many/0150"), want[150:]},
+		{key("many/0150\x00"), want[151:]},
+		{key("many/9"), nil},
+	} {
+		c := open([]byte("many/"), tc.start)
+		got := walk(c, -1)
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.EqualFunc(got, tc.want, bytes.Equal) {
+			t.Fatalf("cursor from %q: %d keys (%q…), want %d", tc.start, len(got), got[:min(3, len(got))], len(tc.want))
+		}
+	}
+	// Changes after the open: a key stored and one deleted, both past
+	// where the cursor stands.
+	c := open([]byte("many/"), nil)
+	got := walk(c, 10)
+	mustStore(t, d, key("many/0200a"), val(1, 8))
+	if err := d.Delete(ctx, key("many/0250")); err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, walk(c, -1)...)
+	_ = c.Close()
+	got = slices.DeleteFunc(got, func(k []byte) bool {
+		return bytes.Equal(k, key("many/0200a")) || bytes.Equal(k, key("many/0250"))
+	})
+	rest := slices.DeleteFunc(slices.Clone(want), func(k []byte) bool { return bytes.Equal(k, key("many/0250")) })
+	if !slices.EqualFunc(got, rest, bytes.Equal) {
+		t.Fatalf("cursor under changes: %d keys besides the two changed, want %d", len(got), len(rest))
+	}
 }
 
 func sortedCopy(keys [][]byte) [][]byte {

@@ -163,6 +163,11 @@ type Device struct {
 	idle     sync.Cond
 	closed   bool
 	inflight int
+
+	// cursors are the Cursors open (scan.go), closed by Close before the
+	// database: Pebble refuses to close under an open iterator.
+	cursorMu sync.Mutex
+	cursors  map[*cursor]struct{}
 }
 
 var _ device.Device = (*Device)(nil)
@@ -1042,6 +1047,7 @@ func (d *Device) Close() error {
 		d.idle.Wait()
 	}
 	d.gate.Unlock()
+	d.closeCursors()
 	close(d.stopProbe)
 	<-d.probeDone
 	// Goroutines the watchdog left behind may still be inside Pebble;

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 
 	pdb "github.com/cockroachdb/pebble/v2"
 
@@ -81,4 +82,110 @@ func (d *Device) scan(ctx context.Context, prefix, start []byte, values bool, wa
 		return d.errorf("scan %q: %w", prefix, failed(err))
 	}
 	return nil
+}
+
+var _ device.Cursorer = (*Device)(nil)
+
+// Cursor implements device.Cursorer with one Pebble iterator kept open
+// between calls. The iterator holds the state of the database it was
+// opened on (memtables, and tables a compaction has since replaced, stay
+// until it is closed), so callers keep cursors for seconds, not hours.
+func (d *Device) Cursor(ctx context.Context, prefix, start []byte) (device.Cursor, error) {
+	if err := d.enter(ctx); err != nil {
+		return nil, d.errorf("cursor %q: %w", prefix, err)
+	}
+	defer d.exit()
+	it, err := d.db.NewIterWithContext(ctx, &pdb.IterOptions{LowerBound: bytes.Clone(prefix), UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return nil, d.errorf("cursor %q: %w", prefix, failed(err))
+	}
+	c := &cursor{d: d, it: it, prefix: bytes.Clone(prefix), start: bytes.Clone(start)}
+	d.cursorMu.Lock()
+	if d.cursors == nil {
+		d.cursors = make(map[*cursor]struct{})
+	}
+	d.cursors[c] = struct{}{}
+	d.cursorMu.Unlock()
+	return c, nil
+}
+
+// cursor is the Device's device.Cursor.
+type cursor struct {
+	d  *Device
+	mu sync.Mutex
+	it *pdb.Iterator // nil once closed
+	// prefix and start: where the first Next seeks.
+	prefix, start []byte
+	started       bool
+	err           error
+}
+
+func (c *cursor) Next(ctx context.Context) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return nil, false
+	}
+	if c.it == nil {
+		c.err = c.d.errorf("cursor %q: %w", c.prefix, errClosed)
+		return nil, false
+	}
+	if err := c.d.enter(ctx); err != nil {
+		c.err = c.d.errorf("cursor %q: %w", c.prefix, err)
+		return nil, false
+	}
+	defer c.d.exit()
+	var ok bool
+	switch {
+	case c.started:
+		ok = c.it.Next()
+	case bytes.Compare(c.start, c.prefix) > 0:
+		ok = c.it.SeekGE(c.start)
+	default:
+		ok = c.it.First()
+	}
+	c.started = true
+	if !ok {
+		if err := c.it.Error(); err != nil {
+			c.err = c.d.errorf("cursor %q: %w", c.prefix, failed(err))
+		}
+		return nil, false
+	}
+	return c.it.Key(), true
+}
+
+func (c *cursor) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *cursor) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.it == nil {
+		return nil
+	}
+	err := c.it.Close()
+	c.it = nil
+	c.d.cursorMu.Lock()
+	delete(c.d.cursors, c)
+	c.d.cursorMu.Unlock()
+	if err != nil {
+		return c.d.errorf("cursor %q: close: %w", c.prefix, failed(err))
+	}
+	return nil
+}
+
+// closeCursors closes the cursors still open, for Close.
+func (d *Device) closeCursors() {
+	d.cursorMu.Lock()
+	open := make([]*cursor, 0, len(d.cursors))
+	for c := range d.cursors {
+		open = append(open, c)
+	}
+	d.cursorMu.Unlock()
+	for _, c := range open {
+		_ = c.Close()
+	}
 }

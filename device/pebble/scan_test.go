@@ -2,6 +2,7 @@ package pebble
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -70,5 +71,37 @@ func TestScanFiltered(t *testing.T) {
 	}
 	if seen != 20 {
 		t.Fatalf("%d keys handed out, want 20", seen)
+	}
+}
+
+// TestCloseClosesCursors: a cursor left open does not keep the device
+// from closing (Pebble refuses to close under an open iterator), and
+// fails once the device is closed.
+func TestCloseClosesCursors(t *testing.T) {
+	d, err := Open(t.TempDir(), WithCreate(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	for i := range 3 {
+		if err := d.Store(ctx, fmt.Appendf(nil, "key-%d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := d.Cursor(ctx, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, ok := c.Next(ctx); !ok || string(k) != "key-0" {
+		t.Fatalf("first key %q, %v (%v)", k, ok, c.Err())
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if k, ok := c.Next(ctx); ok || !errors.Is(c.Err(), device.ErrDeviceFailed) {
+		t.Fatalf("after the device closed: key %q, %v, error %v; want none and a failed device", k, ok, c.Err())
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("closing a cursor its device closed: %v", err)
 	}
 }
