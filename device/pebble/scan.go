@@ -117,13 +117,14 @@ type cursor struct {
 	// prefix and start: where the first Next seeks.
 	prefix, start []byte
 	started       bool
+	done          bool // the iterator is exhausted
 	err           error
 }
 
 func (c *cursor) Next(ctx context.Context) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.err != nil {
+	if c.err != nil || c.done {
 		return nil, false
 	}
 	if c.it == nil {
@@ -146,6 +147,7 @@ func (c *cursor) Next(ctx context.Context) ([]byte, bool) {
 	}
 	c.started = true
 	if !ok {
+		c.done = true
 		if err := c.it.Error(); err != nil {
 			c.err = c.d.errorf("cursor %q: %w", c.prefix, failed(err))
 		}
