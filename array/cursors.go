@@ -3,6 +3,7 @@ package array
 import (
 	"context"
 	"encoding/binary"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -173,12 +174,22 @@ func (a *Array) putListing(prefix, next []byte, l *listing) {
 		drop = append(drop, t.kept[lru])
 		delete(t.kept, lru)
 	}
-	if t.timer == nil {
-		t.timer = time.AfterFunc(listingIdle, a.sweepListings)
-	}
+	t.arm(a.sweepListings)
 	t.mu.Unlock()
-	for _, x := range drop {
-		x.close()
+	closeAll(drop)
+}
+
+// arm starts the sweep unless one is armed, nothing is kept or the table
+// is closed; under t.mu.
+func (t *listings) arm(sweep func()) {
+	if t.timer == nil && len(t.kept) > 0 && !t.closed {
+		t.timer = time.AfterFunc(listingIdle, sweep)
+	}
+}
+
+func closeAll(ls []*listing) {
+	for _, l := range ls {
+		l.close()
 	}
 }
 
@@ -195,13 +206,9 @@ func (a *Array) sweepListings() {
 		}
 	}
 	t.timer = nil
-	if len(t.kept) > 0 && !t.closed {
-		t.timer = time.AfterFunc(listingIdle, a.sweepListings)
-	}
+	t.arm(a.sweepListings)
 	t.mu.Unlock()
-	for _, l := range drop {
-		l.close()
-	}
+	closeAll(drop)
 }
 
 // closeListings closes every kept listing and keeps no more: for Close,
@@ -214,10 +221,8 @@ func (a *Array) closeListings() {
 		t.timer.Stop()
 		t.timer = nil
 	}
-	kept := t.kept
+	kept := slices.Collect(maps.Values(t.kept))
 	t.kept = nil
 	t.mu.Unlock()
-	for _, l := range kept {
-		l.close()
-	}
+	closeAll(kept)
 }

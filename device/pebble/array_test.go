@@ -50,6 +50,23 @@ func openDevs(t *testing.T, dirs []string, create bool) []device.Device {
 	return devs
 }
 
+// createArray creates an array of nDevs new Pebble devices in a test
+// directory.
+func createArray(t *testing.T) ([]string, []device.Device, *array.Array) {
+	t.Helper()
+	root := t.TempDir()
+	dirs := make([]string, nDevs)
+	for i := range dirs {
+		dirs[i] = filepath.Join(root, fmt.Sprintf("dev%d", i))
+	}
+	devs := openDevs(t, dirs, true)
+	a, err := array.Create(t.Context(), devs, arrayOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dirs, devs, a
+}
+
 // harm damages the files of one closed device.
 var harms = []struct {
 	name string
@@ -106,16 +123,7 @@ func TestArrayOverCorruptDevice(t *testing.T) {
 		t.Run(strings.ReplaceAll(h.name, " ", "_"), func(t *testing.T) {
 			ctx := t.Context()
 			rng := rand.New(rand.NewPCG(1, 2))
-			dirs := make([]string, nDevs)
-			root := t.TempDir()
-			for i := range dirs {
-				dirs[i] = filepath.Join(root, fmt.Sprintf("dev%d", i))
-			}
-			devs := openDevs(t, dirs, true)
-			a, err := array.Create(ctx, devs, arrayOpts...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			dirs, devs, a := createArray(t)
 			want := map[string][]byte{}
 			sizes := []int{10, 1500, 6000, 100 << 10, 300 << 10}
 			put := func(from, to int) {
@@ -154,7 +162,7 @@ func TestArrayOverCorruptDevice(t *testing.T) {
 				}
 			}
 			devs = openDevs(t, dirs, false)
-			a, err = array.Open(ctx, devs, arrayOpts...)
+			a, err := array.Open(ctx, devs, arrayOpts...)
 			if err != nil {
 				t.Fatalf("open the array with device %d damaged: %v", bad, err)
 			}
@@ -296,16 +304,7 @@ func TestArrayReadsThroughCorruptBlocks(t *testing.T) {
 // (Pebble refuses to close under an open one).
 func TestArrayListingKeepsIterators(t *testing.T) {
 	ctx := t.Context()
-	root := t.TempDir()
-	dirs := make([]string, nDevs)
-	for i := range dirs {
-		dirs[i] = filepath.Join(root, fmt.Sprintf("dev%d", i))
-	}
-	devs := openDevs(t, dirs, true)
-	a, err := array.Create(ctx, devs, arrayOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, devs, a := createArray(t)
 	rng := rand.New(rand.NewPCG(3, 4))
 	sizes := []int{10, 1500, 6000, 100 << 10}
 	store := func(k string) {
