@@ -3,6 +3,7 @@ package array
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -74,6 +75,26 @@ func TestMetaCacheSparesHybridRead(t *testing.T) {
 	if n := r.holders("k", 0); len(n) != 1 {
 		t.Errorf("hashing value held by devices %v", n)
 	}
+
+	// A read of a key known to have no value reads nothing: after a
+	// delete, and after a first read that found none.
+	if err := r.a.Delete(ctx, []byte("k")); err != nil {
+		t.Fatal(err)
+	}
+	before = r.retrieves()
+	for _, k := range []string{"k", "never", "never"} {
+		if _, err := r.a.Retrieve(ctx, []byte(k)); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("retrieve %q: %v, want ErrNotFound", k, err)
+		}
+		if _, _, err := r.a.RetrieveRanges(ctx, []byte(k), Range{Len: 9}); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("retrieve ranges of %q: %v, want ErrNotFound", k, err)
+		}
+	}
+	if got := r.retrieves() - before; got != 1 {
+		t.Errorf("reads of absent keys read the devices %d times, want once (the first read of a key never seen)", got)
+	}
+	r.mustStore("never", small)
+	r.mustRead("never", small)
 
 	// Bounded: the least recently used key goes first.
 	c := newMetaCache(2)

@@ -303,6 +303,14 @@ func (a *Array) Delete(ctx context.Context, key []byte) error {
 	return err
 }
 
+// knownAbsent reports whether the metadata cache knows that key has no
+// value of its own pieces: exactly, as it knows what a store replaces
+// (see metaCache), so a read under key's lock has nothing to read.
+func (a *Array) knownAbsent(key []byte) bool {
+	e, ok := a.meta.get(key)
+	return ok && e.m == nil
+}
+
 // noted updates the metadata cache with what a read of key under its lock
 // learned: l located its value (err nil), or it has none (ErrNotFound).
 // Any other error says nothing, and changes nothing either.
@@ -673,6 +681,9 @@ func (a *Array) retrieve(ctx context.Context, key []byte) ([]byte, error) {
 // retrieveValue reads key's value from its own pieces, never from a
 // bucket; under key's lock.
 func (a *Array) retrieveValue(ctx context.Context, key []byte) ([]byte, error) {
+	if a.knownAbsent(key) {
+		return nil, ErrNotFound
+	}
 	k0 := a.key(key, 0)
 	l, err := a.locate(ctx, k0)
 	a.noted(key, l, err)

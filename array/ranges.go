@@ -71,7 +71,7 @@ func (a *Array) Len(ctx context.Context, key []byte) (int64, error) {
 		}
 		if e, ok := a.meta.get(key); ok {
 			if e.m == nil {
-				return nil, ErrNotFound
+				return nil, ErrNotFound // knownAbsent
 			}
 			n = int64(e.hdr.ObjectLen)
 			return nil, nil
@@ -139,6 +139,9 @@ func (a *Array) retrieveRanges(ctx context.Context, key []byte, rs []Range) ([][
 		if found {
 			return sliceRanges(v, rs), int64(len(v)), nil
 		}
+	}
+	if a.knownAbsent(key) {
+		return nil, 0, ErrNotFound
 	}
 	var want int64 // bytes asked for, at most peekMax+1
 	for _, r := range rs {
