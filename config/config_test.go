@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/device/pebble"
 )
 
 // TestMalformed checks that every malformed config is refused with an error
@@ -542,4 +543,50 @@ func TestOpenDevicesUnavailable(t *testing.T) {
 		t.Errorf("mem device: %+v, %v", info, err)
 	}
 	assertOnly(t, dir)
+}
+
+// TestOpenRefusedWhileHeld: opening an array one of whose pebble devices
+// another holder has open is refused with pebble.ErrInUse naming the
+// device, not opened degraded with that device failed (two writers); a
+// holder that lets go within the wait (a restart overlapping the old
+// process's shutdown) is waited for.
+func TestOpenRefusedWhileHeld(t *testing.T) {
+	ctx := context.Background()
+	defer func(d time.Duration) { inUseWait = d }(inUseWait)
+	inUseWait = 300 * time.Millisecond
+	dir := t.TempDir()
+	c, err := Parse([]byte("devices: [pebble:d0, pebble:d1, pebble:d2]\n"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Create(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	held, err := pebble.Open(filepath.Join(dir, "d1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := OpenConfig(ctx, c); !errors.Is(err, pebble.ErrInUse) || !strings.Contains(fmt.Sprint(err), "device 1") {
+		if err == nil {
+			_ = b.Close()
+		}
+		t.Fatalf("open while device 1 is held: %v, want ErrInUse naming device 1", err)
+	}
+	go func() {
+		time.Sleep(inUseWait / 3)
+		_ = held.Close()
+	}()
+	b, err := OpenConfig(ctx, c)
+	if err != nil {
+		t.Fatalf("open while the holder lets go within the wait: %v", err)
+	}
+	defer b.Close()
+	st, err := b.Status(ctx)
+	if err != nil || slices.ContainsFunc(st.Devices, func(d array.DeviceStatus) bool { return d.State != "healthy" }) {
+		t.Fatalf("opened after the holder let go: %+v, %v; want every device healthy", st.Devices, err)
+	}
 }

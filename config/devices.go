@@ -87,6 +87,10 @@ func OpenDevices(cfg *Config, create bool) []device.Device {
 	return devs
 }
 
+// inUseWait is how long opening a pebble device waits for another process
+// that holds it to let go.
+var inUseWait = 5 * time.Second
+
 // openDevices also returns why each device could not be opened.
 func openDevices(cfg *Config, create bool) ([]device.Device, []error) {
 	c := cfg.withDefaults()
@@ -103,6 +107,12 @@ func openDevices(cfg *Config, create bool) ([]device.Device, []error) {
 		switch sp.kind {
 		case "pebble":
 			d, err := pebble.Open(sp.arg, pebble.WithCreate(create), pebble.WithLimits(limits), pebble.WithCapacity(capacity))
+			// A holder that is exiting (a restart overlapping the old
+			// process's shutdown) lets go within moments.
+			for deadline := time.Now().Add(inUseWait); errors.Is(err, pebble.ErrInUse) && time.Now().Before(deadline); {
+				time.Sleep(inUseWait / 50)
+				d, err = pebble.Open(sp.arg, pebble.WithCreate(create), pebble.WithLimits(limits), pebble.WithCapacity(capacity))
+			}
 			if err != nil {
 				// The backend's error starts with the name, which
 				// the stand-in adds again.
@@ -239,6 +249,15 @@ func OpenConfig(ctx context.Context, cfg *Config) (*array.Array, error) {
 		return Create(ctx, cfg)
 	}
 	devs, errs := openDevices(cfg, false)
+	for i, err := range errs {
+		// Another process serves the array: opening the devices it lets
+		// go of would make two writers (and fail the others in their
+		// headers). Refused, naming the holder.
+		if errors.Is(err, pebble.ErrInUse) {
+			closeAll(devs)
+			return nil, fmt.Errorf("open: device %d (%s): %w", i, cfg.Devices[i], err)
+		}
+	}
 	if !slices.ContainsFunc(errs, func(err error) bool { return err == nil }) {
 		// Said plainly, rather than as N "no array header" reasons: the
 		// usual cause is an array that was never created, or moved.
