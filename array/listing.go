@@ -109,13 +109,20 @@ var ErrBadCount = errors.New("count must be positive")
 // to pass as after for the next page: the last key returned, or nil when
 // the listing is complete. It lists exactly what Keys lists, a page at a
 // time: a key present for the whole listing is returned exactly once, a
-// key stored or deleted meanwhile may or may not be. The work of a call
-// is proportional to count (one seek per device, then the keys up to the
-// page's end), except on devices that do not iterate in order or cannot
-// seek (Redis devices: their keys are walked on every call), and while a
-// device cannot list its keys (failed or being rebuilt), when the Packing
+// key stored or deleted meanwhile may or may not be (the pages of a
+// listing share device cursors that see the devices as of its first page,
+// refreshed every second: cursors.go; with Fresh, a page sees every key
+// stored before the call). The work of a call is proportional to count
+// (one seek per device, or none, then the keys up to the page's end),
+// except on devices that do not iterate in order or cannot seek (Redis
+// devices: their keys are walked on every call), and while a device
+// cannot list its keys (failed or being rebuilt), when the Packing
 // members only it held are found through their sets on every call.
-func (a *Array) KeysFrom(ctx context.Context, prefix, after []byte, count int) ([][]byte, []byte, error) {
+func (a *Array) KeysFrom(ctx context.Context, prefix, after []byte, count int, opts ...ListOption) ([][]byte, []byte, error) {
+	var o listOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if count <= 0 {
 		return nil, nil, fmt.Errorf("keys from %s: count %d: %w", shown(after), count, ErrBadCount)
 	}
@@ -124,7 +131,7 @@ func (a *Array) KeysFrom(ctx context.Context, prefix, after []byte, count int) (
 	}
 	defer a.end()
 	for range a.env.N() + 1 {
-		keys, next, failed, gen, err := a.keysFrom(ctx, prefix, after, count)
+		keys, next, failed, gen, err := a.keysFrom(ctx, prefix, after, count, o.fresh)
 		if failed < 0 || err != nil {
 			return keys, next, err
 		}
@@ -135,10 +142,23 @@ func (a *Array) KeysFrom(ctx context.Context, prefix, after []byte, count int) (
 	return nil, nil, fmt.Errorf("keys from %s: devices keep failing: %w", shown(after), device.ErrDeviceFailed)
 }
 
-// keysFrom is one attempt at KeysFrom. failed ≥ 0 names a device that
-// failed during the listing (the device object of generation gen) and was
-// not yet marked so: the caller marks it and lists again.
-func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (keys [][]byte, next []byte, failed int, gen mechanism.Gen, err error) {
+// ListOption configures KeysFrom.
+type ListOption func(*listOptions)
+
+type listOptions struct{ fresh bool }
+
+// Fresh makes a KeysFrom page list from device cursors of its own, neither
+// kept from the page before nor kept for the next: it sees every key
+// stored before the call, which a count kept up by the writes beyond a
+// listing's position needs (keyspace's recount), at the cost of a seek
+// per device.
+func Fresh() ListOption { return func(o *listOptions) { o.fresh = true } }
+
+// keysFrom is one attempt at KeysFrom (fresh: see Fresh). failed ≥ 0
+// names a device that failed during the listing (the device object of
+// generation gen) and was not yet marked so: the caller marks it and
+// lists again.
+func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int, fresh bool) (keys [][]byte, next []byte, failed int, gen mechanism.Gen, err error) {
 	n := a.env.N()
 	var start []byte
 	if after != nil {
@@ -163,7 +183,7 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 	// The devices' cursors: those the page before left (cursors.go), or
 	// new ones seeked to start.
 	var l *listing
-	if after != nil {
+	if after != nil && !fresh {
 		l = a.takeListing(prefix, after)
 	}
 	if l == nil {
@@ -268,9 +288,12 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int) (
 		l.close()
 		return nil, nil, -1, nil, err
 	}
-	if complete {
+	if complete || fresh {
 		l.close()
-		return keys, nil, -1, nil, nil
+		if complete {
+			return keys, nil, -1, nil, nil
+		}
+		return keys, keys[len(keys)-1], -1, nil, nil
 	}
 	next = keys[len(keys)-1]
 	for i := range l.devs {

@@ -181,6 +181,12 @@ func (res *Result) check(o Options) error {
 		// a value of the key's own, and reads of a set being left.
 		hybrid = 0
 		reads = span{1, 2 + k + r}
+		if res.Workload == MixedStore {
+			// Its values are over TinyMax: no bucket holds anything,
+			// and the metadata cache, once a bucket was read, knows
+			// it has no value, so nothing is read.
+			reads.lo = 0
+		}
 	}
 	if res.Workload == Update && res.Mechanism == "packing" {
 		// An update writes the member and logs its delta in r segments

@@ -281,10 +281,12 @@ func b2i(b bool) int64 {
 // Counts).
 func (s *Store) recount(ctx context.Context) error {
 	c := &s.cnt
-	// Keys: every array key below Internal's is a database's.
+	// Keys: every array key below Internal's is a database's. The writes
+	// count the keys up to t.pos, so each page must see every key past it
+	// stored before the page: fresh device cursors (array.Fresh).
 	for t := &c.byKey; ; {
 		t.gate.Lock()
-		page, next, err := s.A.KeysFrom(ctx, nil, t.pos, recountPage)
+		page, next, err := s.A.KeysFrom(ctx, nil, t.pos, recountPage, array.Fresh())
 		if err != nil {
 			t.gate.Unlock()
 			return err
@@ -309,7 +311,7 @@ func (s *Store) recount(ctx context.Context) error {
 	prefix := ExpiryPrefix()
 	for t := &c.byIndex; ; {
 		t.gate.Lock()
-		page, next, err := s.A.KeysFrom(ctx, prefix, t.pos, recountPage)
+		page, next, err := s.A.KeysFrom(ctx, prefix, t.pos, recountPage, array.Fresh())
 		if err == nil {
 			err = s.countEntries(ctx, page)
 		}
