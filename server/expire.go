@@ -172,7 +172,10 @@ func (s *Server) eachDue(ctx context.Context, now int64, fn func(entries [][]byt
 	// bucket's prefix.
 	after := keyspace.BucketPrefix(s.exp.cursor.Load())
 	for {
-		page, next, err := s.a.KeysFrom(ctx, prefix, after, expiryPage)
+		// Fresh: a pass mostly stops within its first page, and device
+		// cursors kept for a next page it never asks for would stay open
+		// until swept; a page's seek is nothing beside its deletes.
+		page, next, err := s.a.KeysFrom(ctx, prefix, after, expiryPage, array.Fresh())
 		if err != nil {
 			return fmt.Errorf("listing the expiry index: %w", err)
 		}
