@@ -103,7 +103,7 @@ func listingKey(prefix, after []byte) string {
 	return string(append(append(k, prefix...), after...))
 }
 
-// open opens a listing of the keys with prefix from start on every
+// openListing opens a listing of the keys with prefix from start on every
 // device; a device whose cursor cannot be opened has the error in its
 // stream.
 func (a *Array) openListing(ctx context.Context, prefix, start []byte) *listing {

@@ -45,7 +45,7 @@ func OpenCursor(ctx context.Context, d Device, prefix, start []byte) (Cursor, er
 	if err != nil {
 		return nil, err
 	}
-	c := &chunkCursor{d: d, prefix: prefix, from: start}
+	c := &chunkCursor{d: d, prefix: bytes.Clone(prefix), from: bytes.Clone(start)}
 	if !ordered {
 		err := d.Iterate(ctx, prefix, func(k []byte) error {
 			if bytes.Compare(k, start) >= 0 {
