@@ -56,18 +56,11 @@ func (a *Array) sortedScan(ctx context.Context, d int, prefix, start []byte, val
 			values = false
 		}
 		if !ordered {
-			var keys [][]byte
-			err := dev.Iterate(ctx, prefix, func(k []byte) error {
-				if bytes.Compare(k, start) >= 0 && want(k) != device.Skip {
-					keys = append(keys, slices.Clone(k))
-				}
-				return nil
-			})
+			keys, err := device.SortedKeys(ctx, dev, prefix, start, func(k []byte) bool { return want(k) != device.Skip })
 			if err != nil {
 				*errp = fmt.Errorf("device %d (%s): %w", d, a.env.Name(d), err)
 				return
 			}
-			slices.SortFunc(keys, bytes.Compare)
 			for _, k := range keys {
 				if !yield(scanEntry{Key: k, Val: scanned{dev: d}}) {
 					return

@@ -47,19 +47,31 @@ func OpenCursor(ctx context.Context, d Device, prefix, start []byte) (Cursor, er
 	}
 	c := &chunkCursor{d: d, prefix: bytes.Clone(prefix), from: bytes.Clone(start)}
 	if !ordered {
-		err := d.Iterate(ctx, prefix, func(k []byte) error {
-			if bytes.Compare(k, start) >= 0 {
-				c.keys = append(c.keys, slices.Clone(k))
-			}
-			return nil
-		})
-		if err != nil {
+		if c.keys, err = SortedKeys(ctx, d, prefix, start, nil); err != nil {
 			return nil, err
 		}
-		slices.SortFunc(c.keys, bytes.Compare)
 		c.end = true
 	}
 	return c, nil
+}
+
+// SortedKeys returns d's keys that start with prefix, are not less than
+// start and that keep (nil: every one) lets through, sorted: what an
+// ordered listing of a device that does not iterate in order takes, in
+// O(keys) memory.
+func SortedKeys(ctx context.Context, d Device, prefix, start []byte, keep func([]byte) bool) ([][]byte, error) {
+	var keys [][]byte
+	err := d.Iterate(ctx, prefix, func(k []byte) error {
+		if bytes.Compare(k, start) >= 0 && (keep == nil || keep(k)) {
+			keys = append(keys, slices.Clone(k))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(keys, bytes.Compare)
+	return keys, nil
 }
 
 // cursorChunk is how many keys a chunkCursor reads per Scan.
