@@ -162,7 +162,7 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int, f
 	// call, and only while some device is not healthy.
 	more, err := a.unlistedKeys(ctx, prefix)
 	if err != nil {
-		return nil, nil, -1, nil, err
+		return nil, nil, -1, mechanism.Gen{}, err
 	}
 	more = slices.DeleteFunc(more, a.isBucket)
 	var tiny [][]byte
@@ -170,7 +170,7 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int, f
 		// From the listing index (tinyindex.go): a page's worth, and
 		// one more to tell whether the listing goes on.
 		if tiny, err = a.tinyKeysAfter(ctx, prefix, after, count+1); err != nil {
-			return nil, nil, -1, nil, err
+			return nil, nil, -1, mechanism.Gen{}, err
 		}
 	}
 	// The devices' cursors: those the page before left (cursors.go), or
@@ -274,19 +274,19 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int, f
 		case errors.Is(err, device.ErrDeviceFailed):
 		default:
 			l.close()
-			return nil, nil, -1, nil, fmt.Errorf("keys from %s: %w", shown(after), err)
+			return nil, nil, -1, mechanism.Gen{}, fmt.Errorf("keys from %s: %w", shown(after), err)
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		l.close()
-		return nil, nil, -1, nil, err
+		return nil, nil, -1, mechanism.Gen{}, err
 	}
 	if complete || fresh {
 		l.close()
 		if complete {
-			return keys, nil, -1, nil, nil
+			return keys, nil, -1, mechanism.Gen{}, nil
 		}
-		return keys, keys[len(keys)-1], -1, nil, nil
+		return keys, keys[len(keys)-1], -1, mechanism.Gen{}, nil
 	}
 	next = keys[len(keys)-1]
 	for i := range l.devs {
@@ -302,7 +302,7 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int, f
 		s.buf = slices.Delete(s.buf, 0, j)
 	}
 	a.putListing(prefix, next, l)
-	return keys, next, -1, nil, nil
+	return keys, next, -1, mechanism.Gen{}, nil
 }
 
 // answersFor reports whether device i lists user key u: it is the key's

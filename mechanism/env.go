@@ -90,23 +90,36 @@ func (e *Env) Device(i int) device.Device { return *e.devs[i].Load() }
 // SetDevice swaps the device object at position i (a replaced device).
 func (e *Env) SetDevice(i int, d device.Device) { e.devs[i].Store(&d) }
 
-// Gen identifies the device object at a position at one time: SetDevice
-// starts a new one.
-type Gen *device.Device
+// Gen identifies the device object at a position, and its state's epoch,
+// at one time: SetDevice starts a new object, and a resync or rebuild
+// bringing the device back a new epoch.
+type Gen struct {
+	dev   *device.Device
+	epoch uint32
+}
 
 // DeviceGen returns device i and its Gen, for MarkFailed.
 func (e *Env) DeviceGen(i int) (device.Device, Gen) {
 	p := e.devs[i].Load()
-	return *p, p
+	return *p, Gen{p, epochOf(e.states[i].Load())}
 }
 
-// MarkFailed marks device i Failed after a call to it, made on the device
-// object of generation g, reported device.ErrDeviceFailed, unless that
-// object was replaced since: the failures of a replaced (closed) device say
-// nothing of its successor.
+// MarkFailed marks device i Failed after a call to it, made at generation
+// g, reported device.ErrDeviceFailed, unless the device object was
+// replaced or the device brought back since: the failures of a replaced
+// (closed) device say nothing of its successor, and those of calls made
+// while a device was down (still failing as a resync brings it back) say
+// nothing of the device after the resync. What such a call missed is
+// recorded all the same (Acknowledge), whatever the device's state.
 func (e *Env) MarkFailed(i int, g Gen) {
-	if e.devs[i].Load() == g {
-		e.SetState(i, Failed)
+	if e.devs[i].Load() != g.dev {
+		return
+	}
+	for {
+		v := e.states[i].Load()
+		if epochOf(v) != g.epoch || e.states[i].CompareAndSwap(v, v&^stateMask|uint32(Failed)) {
+			return
+		}
 	}
 }
 
@@ -140,11 +153,29 @@ func (e *Env) Order(seed uint64) []int { return e.place.Load().Order(seed) }
 // of At.
 func (e *Env) Offset(k Key, dev int) int { return e.place.Load().Offset(k, dev) }
 
+// A device's state word: its State in the low byte, and above it an
+// epoch that every setting of a state other than Failed (a device
+// brought back, or its state set by an operator) advances (see Gen).
+const stateMask = 0xff
+
+func epochOf(v uint32) uint32 { return v >> 8 }
+
 // State returns what is known of device i.
-func (e *Env) State(i int) State { return State(e.states[i].Load()) }
+func (e *Env) State(i int) State { return State(e.states[i].Load() & stateMask) }
 
 // SetState records the state of device i.
-func (e *Env) SetState(i int, s State) { e.states[i].Store(uint32(s)) }
+func (e *Env) SetState(i int, s State) {
+	for {
+		v := e.states[i].Load()
+		n := v&^stateMask | uint32(s)
+		if s != Failed {
+			n += 1 << 8
+		}
+		if e.states[i].CompareAndSwap(v, n) {
+			return
+		}
+	}
+}
 
 // DeviceError is an error from one device, carrying its index.
 type DeviceError struct {

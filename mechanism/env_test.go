@@ -64,6 +64,39 @@ func TestReplacedDeviceFailingMarksNothing(t *testing.T) {
 	}
 }
 
+// TestLateFailureAfterResyncMarksNothing: an operation sent while a device
+// was down can report its failure after a resync brought the device back
+// (it was in flight, or its goroutine not yet scheduled); that must not
+// fail the device again, or the resync's own repairs (and every read
+// after it) would find it down, one device more than the faults. A
+// failure of an operation sent after the resync still marks it.
+func TestLateFailureAfterResyncMarksNothing(t *testing.T) {
+	env := mechanism.NewEnv([]device.Device{mem.New(), mem.New()}, []string{"a", "b"}, device.Limits{})
+	_, before := env.DeviceGen(0)
+	env.MarkFailed(0, before)
+	if st := env.State(0); st != mechanism.Failed {
+		t.Fatalf("device 0 is %v after a failure", st)
+	}
+	_, down := env.DeviceGen(0) // sent while it was down
+	env.SetState(0, mechanism.Healthy)
+	env.MarkFailed(0, down)
+	env.MarkFailed(0, before)
+	if st := env.State(0); st != mechanism.Healthy {
+		t.Fatalf("device 0 is %v after failures of calls sent before its resync", st)
+	}
+	_, after := env.DeviceGen(0)
+	env.MarkFailed(0, after)
+	if st := env.State(0); st != mechanism.Failed {
+		t.Fatalf("device 0 is %v after a failure of a call sent after its resync", st)
+	}
+	// A device healthy all along is failed by any of its calls' failures.
+	_, g := env.DeviceGen(1)
+	env.MarkFailed(1, g)
+	if st := env.State(1); st != mechanism.Failed {
+		t.Fatalf("device 1 is %v after a failure", st)
+	}
+}
+
 // TestRecordKeepsTwoCopies: a device that misses a write is recorded on
 // two other devices. When one of the devices the record goes to first
 // fails under its write, the next takes it, so that the record survives
