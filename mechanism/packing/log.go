@@ -42,9 +42,10 @@ package packing
 //     device's segments are loaded before any of its parities is used
 //     after an open, and a parity on a device whose segments could not be
 //     read is treated as unreadable.
-//   - Entries can also record a leave (a delta to virtual zeros); deletes
-//     do not log them (see detachFrom), but a leave whose member is gone
-//     already applies nothing.
+//   - An entry may record a leave (a delete, or a move to another set: a
+//     delta to virtual zeros, the member dropped from the membership). A
+//     leave whose member is gone already (retired by a repair) applies
+//     nothing.
 //   - Replay (rewriting parities with their entries applied) runs when the
 //     log holds more than logHigh bytes, after logIdle without a change,
 //     and on every repair of the set (scrub, rebuild, resync).
@@ -694,13 +695,26 @@ func (m *Mechanism) Replay(ctx context.Context, set uint64) error {
 		}
 	}
 	m.fold(ctx, set, v)
+	if left(es) {
+		for j := range pars {
+			if pars[j].ok {
+				m.noteThinned(pars[j].f.members)
+				break
+			}
+		}
+	}
 	return nil
+}
+
+// left reports whether one of es is a leave.
+func left(es []*logEntry) bool {
+	return slices.ContainsFunc(es, func(e *logEntry) bool { return e.leave })
 }
 
 // maxThinned bounds the keys waiting for compaction (Thinned).
 const maxThinned = 1 << 14
 
-// noteThinned queues the remaining members of a set a member left,
+// noteThinned queues the remaining members of a set that members left,
 // for the array's compaction (Thinned); beyond maxThinned keys they wait
 // for the next scrub.
 func (m *Mechanism) noteThinned(members []member) {

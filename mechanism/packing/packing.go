@@ -1082,12 +1082,20 @@ func (m *Mechanism) detachFrom(ctx context.Context, k mechanism.Key, f memberFie
 		return err
 	}
 	defer tk.Release()
-	// A leave patches the parities in place (read, then write them).
-	// Logged like an update (a delta to virtual zeros), a deleted or
-	// regrouped member was still found readable, or lost, under device
-	// faults in CI's race runs (internal/lincheck; the background
-	// compaction test), after the clock lease had fixed one cause: deletes
-	// stay in place until the rest is understood.
+	// A leave is logged as an update to virtual zeros: the delta is the
+	// old bytes, and the entry drops the member from the membership. No
+	// parity is read or written; Replay folds it (and deletes a set it
+	// empties).
+	if ok {
+		e := &logEntry{g: f.geometry, slot: f.slot, from: old.Version, leave: true,
+			mb: member{slot: f.slot, dev: k.Primary, key: slices.Clone(k.User), split: k.Split}, delta: slices.Clone(old.Payload)}
+		if done, err := m.logChange(ctx, k, e, f.roster, nil); done {
+			return err
+		}
+	}
+	// Not logged (the old bytes unknown, no parity device up, an entry
+	// too large for a segment): the parities are patched in place (read,
+	// then written).
 	pars := m.readParities(ctx, f.geometry)
 	var newPar [][]byte
 	var pf parityFields
