@@ -50,17 +50,21 @@ func TestReplacedDeviceFailingMarksNothing(t *testing.T) {
 
 	// The same failure on the device in place marks it.
 	_, gen := env.DeviceGen(0)
-	env.MarkFailed(0, gen)
-	if st := env.State(0); st != mechanism.Failed {
-		t.Fatalf("device 0 is %v after a failure of its own", st)
-	}
+	failsTo(t, env, 0, gen, mechanism.Failed, "after a failure of its own")
 	// And an older generation's does not.
 	env.SetState(1, mechanism.Healthy)
 	_, g1 := env.DeviceGen(1)
 	env.SetDevice(1, mem.New())
-	env.MarkFailed(1, g1)
-	if st := env.State(1); st != mechanism.Healthy {
-		t.Fatalf("device 1 is %v after its predecessor's failure", st)
+	failsTo(t, env, 1, g1, mechanism.Healthy, "after its predecessor's failure")
+}
+
+// failsTo reports the failure of a call to device i sent at generation g,
+// and checks that the device is then in state want.
+func failsTo(t *testing.T, env *mechanism.Env, i int, g mechanism.Gen, want mechanism.State, what string) {
+	t.Helper()
+	env.MarkFailed(i, g)
+	if st := env.State(i); st != want {
+		t.Fatalf("device %d is %v %s, want %v", i, st, what, want)
 	}
 }
 
@@ -73,28 +77,16 @@ func TestReplacedDeviceFailingMarksNothing(t *testing.T) {
 func TestLateFailureAfterResyncMarksNothing(t *testing.T) {
 	env := mechanism.NewEnv([]device.Device{mem.New(), mem.New()}, []string{"a", "b"}, device.Limits{})
 	_, before := env.DeviceGen(0)
-	env.MarkFailed(0, before)
-	if st := env.State(0); st != mechanism.Failed {
-		t.Fatalf("device 0 is %v after a failure", st)
-	}
+	failsTo(t, env, 0, before, mechanism.Failed, "after a failure")
 	_, down := env.DeviceGen(0) // sent while it was down
 	env.SetState(0, mechanism.Healthy)
-	env.MarkFailed(0, down)
-	env.MarkFailed(0, before)
-	if st := env.State(0); st != mechanism.Healthy {
-		t.Fatalf("device 0 is %v after failures of calls sent before its resync", st)
-	}
+	failsTo(t, env, 0, down, mechanism.Healthy, "after a failure of a call sent before its resync")
+	failsTo(t, env, 0, before, mechanism.Healthy, "after a failure of a call sent before it failed")
 	_, after := env.DeviceGen(0)
-	env.MarkFailed(0, after)
-	if st := env.State(0); st != mechanism.Failed {
-		t.Fatalf("device 0 is %v after a failure of a call sent after its resync", st)
-	}
+	failsTo(t, env, 0, after, mechanism.Failed, "after a failure of a call sent after its resync")
 	// A device healthy all along is failed by any of its calls' failures.
 	_, g := env.DeviceGen(1)
-	env.MarkFailed(1, g)
-	if st := env.State(1); st != mechanism.Failed {
-		t.Fatalf("device 1 is %v after a failure", st)
-	}
+	failsTo(t, env, 1, g, mechanism.Failed, "after a failure")
 }
 
 // TestRecordKeepsTwoCopies: a device that misses a write is recorded on
