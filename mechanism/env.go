@@ -74,6 +74,7 @@ func NewEnv(devs []device.Device, names []string, limits device.Limits) *Env {
 		e.devs[i].Store(&devs[i])
 	}
 	e.place.Store(&Placement{n: len(devs)})
+	e.rec.busy = map[string]*recordLock{}
 	e.rec.missed = make([]map[string]*record, len(devs))
 	for i := range e.rec.missed {
 		e.rec.missed[i] = map[string]*record{}

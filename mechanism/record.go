@@ -37,6 +37,20 @@ import (
 // record of device H's record key, saying H missed its deletion. Open
 // ignores the copies such records name, and Resync of H deletes them
 // (CatchUpRecords).
+//
+// Invariant: a record's durable copies are those its in-memory entry
+// lists (or, after a failed delete, those a record of that miss names):
+// a copy nobody tracks would come back at the next open as a device
+// behind that nothing repairs. So every change of a record, its memory
+// entry and its copies' writes or deletes together, holds the record's
+// lock (lockRecord). Without it a clear running between a record's entry
+// and its copies' stores deletes copies not yet written: the stores land
+// after the deletes, and the copies outlive the entry. The array's key
+// lock does not order these: an online replace forgets the old device's
+// records (Forget) while writes that missed it are being recorded.
+// Locks nest only from a record to a record of its record key (a holder
+// that missed a copy's write or deletion), never back, so they cannot
+// deadlock.
 
 // recordPrefix starts the user part of every record key.
 var recordPrefix = []byte("\x00kvarray-resync")
@@ -47,6 +61,38 @@ const recordCopies = 2
 type records struct {
 	mu     sync.Mutex
 	missed []map[string]*record // per device, by internal key
+	// busy: the lock of each record being changed, by record key (see
+	// lockRecord).
+	busy map[string]*recordLock
+}
+
+// recordLock serialises the changes of one record.
+type recordLock struct {
+	mu   sync.Mutex
+	refs int // holder and waiters: the last one out drops the lock
+}
+
+// lockRecord takes the lock of the record whose key is rk (see the
+// package doc) and returns its unlock. Two keys whose record keys collide
+// share a lock, as they share their copies.
+func (e *Env) lockRecord(rk []byte) (unlock func()) {
+	e.rec.mu.Lock()
+	l := e.rec.busy[string(rk)]
+	if l == nil {
+		l = &recordLock{}
+		e.rec.busy[string(rk)] = l
+	}
+	l.refs++
+	e.rec.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		e.rec.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(e.rec.busy, string(rk))
+		}
+		e.rec.mu.Unlock()
+	}
 }
 
 // record is one key a device missed.
@@ -130,6 +176,8 @@ func (e *Env) recorded(dev int, key []byte) bool {
 // recordMiss records that dev missed a write (a delete when deleted) of
 // key, and fails with ErrNotRecorded when no device took the record.
 func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool) error {
+	rk := recordKey(dev, key)
+	defer e.lockRecord(rk)()
 	e.rec.mu.Lock()
 	var was []int // holders of an earlier record of the key, rewritten too
 	if r, ok := e.rec.missed[dev][string(key)]; ok {
@@ -140,7 +188,7 @@ func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool)
 				// A holder was lost (replaced) or missed the write: one
 				// copy alone would be gone with its device, and the
 				// device that missed the key would come back trusted.
-				e.copyRecord(ctx, dev, key, deleted)
+				e.copyRecordLocked(ctx, dev, key, deleted)
 			}
 			return nil
 		}
@@ -150,7 +198,6 @@ func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool)
 	e.rec.mu.Unlock()
 
 	val := recordValue(key, deleted)
-	rk := recordKey(dev, key)
 	var ops []Op
 	for i := 1; i < e.N() && len(ops) < recordCopies; i++ {
 		d := e.Dev(dev, i)
@@ -190,13 +237,15 @@ func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool)
 		return fmt.Errorf("device %d missed a write of %q: %w", dev, key, ErrNotRecorded)
 	}
 	if len(holders) < recordCopies {
-		e.copyRecord(ctx, dev, key, deleted) // a holder failed under the write: another takes it
+		e.copyRecordLocked(ctx, dev, key, deleted) // a holder failed under the write: another takes it
 	}
 	return nil
 }
 
 // clearMiss drops the record of key on dev.
 func (e *Env) clearMiss(ctx context.Context, dev int, key []byte) {
+	rk := recordKey(dev, key)
+	defer e.lockRecord(rk)()
 	e.rec.mu.Lock()
 	_, ok := e.rec.missed[dev][string(key)]
 	delete(e.rec.missed[dev], string(key))
@@ -208,7 +257,6 @@ func (e *Env) clearMiss(ctx context.Context, dev int, key []byte) {
 	// read at open and written since, and a device that was down at open
 	// may hold one too. Deleting a copy that is not there costs little;
 	// leaving one behind would bring the record back.
-	rk := recordKey(dev, key)
 	var ops []Op
 	for i := 1; i < e.N(); i++ {
 		ops = append(ops, Op{Dev: e.Dev(dev, i), Op: device.Op{Kind: device.OpDelete, Key: rk}})
@@ -224,6 +272,7 @@ func (e *Env) clearMiss(ctx context.Context, dev int, key []byte) {
 // adoptCopy reads the record copy k that device holder holds and takes it
 // into the records, holder among its holders.
 func (e *Env) adoptCopy(ctx context.Context, holder int, k []byte) {
+	defer e.lockRecord(k)() // not a copy a clear is deleting meanwhile
 	b, err := e.Device(holder).Retrieve(ctx, k)
 	if err != nil {
 		return
@@ -385,6 +434,12 @@ func (e *Env) Forget(ctx context.Context, dev int) {
 // copyRecord writes record (target, key) to devices that do not hold it
 // yet until it has recordCopies holders, never to dev target itself.
 func (e *Env) copyRecord(ctx context.Context, target int, key []byte, deleted bool) {
+	defer e.lockRecord(recordKey(target, key))()
+	e.copyRecordLocked(ctx, target, key, deleted)
+}
+
+// copyRecordLocked is copyRecord under the record's lock.
+func (e *Env) copyRecordLocked(ctx context.Context, target int, key []byte, deleted bool) {
 	e.rec.mu.Lock()
 	r := e.rec.missed[target][string(key)]
 	if r == nil {
