@@ -602,8 +602,13 @@ func (a *Array) untilStop() (context.Context, context.CancelFunc) {
 
 // thinner is implemented by mechanisms whose deletes and moves leave
 // groups of values sparse (Packing's sets): Thinned returns, and forgets,
-// the keys of the values left in groups that lost members.
-type thinner interface{ Thinned() [][]byte }
+// the keys of the values left in groups that lost members. FoldLeaves
+// first brings in the departures still only logged (Packing logs a leave
+// as a delta, and learns which sets it thinned once it folds them).
+type thinner interface {
+	FoldLeaves(ctx context.Context) error
+	Thinned() [][]byte
+}
 
 // compact repairs, one at a time under its key's lock, the keys the
 // mechanisms report in thinned groups: Packing's repair moves a member of
@@ -640,6 +645,7 @@ func (a *Array) Compact(ctx context.Context) error {
 		// A regroup moves members, which thins their old sets in turn:
 		// a few rounds reach the sets those moves left behind.
 		for round := 0; round < 8; round++ {
+			_ = t.FoldLeaves(ctx) // what fails stays logged, for the next round or a repair
 			keys := t.Thinned()
 			if len(keys) == 0 {
 				break

@@ -386,3 +386,36 @@ func TestDeletesCompactInTheBackground(t *testing.T) {
 	}
 	everyPairReads(t, r, live, "compacted")
 }
+
+// TestCompactFoldsLoggedLeaves: deletes leave their sets by logged entries,
+// and Packing learns that a set was thinned only once it folds them.
+// Compact folds those sets itself (here nothing else does: no idle replay,
+// no automatic resync), so one call regroups every set the deletes left
+// sparse, and then its own moves' leaves. Invariant: every live value
+// reads back with any two devices failed afterwards.
+func TestCompactFoldsLoggedLeaves(t *testing.T) {
+	r := newRig(t, 6, WithMechanisms(packing.New(4, 2, 20*time.Millisecond, packing.WithIdleReplay(0)), replication.New(3)),
+		WithDefault("packing"))
+	keys, live := storePacked(t, r, newRand(t), 96)
+	for i, k := range keys {
+		if i%4 != 0 {
+			if err := r.a.Delete(ctx, []byte(k)); err != nil {
+				t.Fatalf("delete %q: %v", k, err)
+			}
+			delete(live, k)
+		}
+	}
+	if packingMech(t, r).LogBytes() == 0 {
+		t.Fatal("the deletes logged nothing: the test exercises no logged leave")
+	}
+	if len(sparseSets(t, r, live)) == 0 {
+		t.Fatal("the deletes left no set sparse: the test sets nothing up")
+	}
+	if err := r.a.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sparse := sparseSets(t, r, live); len(sparse) > 0 {
+		t.Fatalf("after Compact: %v", sparse)
+	}
+	everyPairReads(t, r, live, "compacted")
+}

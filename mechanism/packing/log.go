@@ -741,6 +741,34 @@ func (m *Mechanism) Thinned() [][]byte {
 	return out
 }
 
+// noteLeft records that a member left set by a logged entry, for
+// FoldLeaves.
+func (m *Mechanism) noteLeft(set uint64) {
+	m.thinMu.Lock()
+	defer m.thinMu.Unlock()
+	if m.left == nil {
+		m.left = map[uint64]struct{}{}
+	}
+	m.left[set] = struct{}{}
+}
+
+// FoldLeaves replays the sets that members left by a logged entry since
+// the last call, which queues their remaining members for compaction
+// (Thinned): the leaves' deltas reach the parities and the sparse sets
+// become visible to the array's compaction, without folding the updates'
+// deltas of every other set (Settle).
+func (m *Mechanism) FoldLeaves(ctx context.Context) error {
+	m.thinMu.Lock()
+	sets := m.left
+	m.left = nil
+	m.thinMu.Unlock()
+	var errs []error
+	for set := range sets {
+		errs = append(errs, m.Replay(ctx, set))
+	}
+	return errors.Join(errs...)
+}
+
 // Settle folds the whole log into the parities (see Replay).
 func (m *Mechanism) Settle(ctx context.Context) error {
 	m.loadLog(ctx)

@@ -140,7 +140,8 @@ type Mechanism struct {
 	sets1 atomic.Int64 // sets formed, by members: for stats
 
 	thinMu  sync.Mutex
-	thinned [][]byte // Thinned
+	thinned [][]byte            // Thinned
+	left    map[uint64]struct{} // sets with a logged leave not yet folded (FoldLeaves)
 
 	parityMu    sync.Mutex
 	parityBytes []float64 // per device: parity bytes this process placed, over its weight
@@ -1090,6 +1091,9 @@ func (m *Mechanism) detachFrom(ctx context.Context, k mechanism.Key, f memberFie
 		e := &logEntry{g: f.geometry, slot: f.slot, from: old.Version, leave: true,
 			mb: member{slot: f.slot, dev: k.Primary, key: slices.Clone(k.User), split: k.Split}, delta: slices.Clone(old.Payload)}
 		if done, err := m.logChange(ctx, k, e, f.roster, nil); done {
+			if err == nil {
+				m.noteLeft(f.set)
+			}
 			return err
 		}
 	}
