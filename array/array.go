@@ -645,6 +645,9 @@ func (a *Array) Compact(ctx context.Context) error {
 		// A regroup moves members, which thins their old sets in turn:
 		// a few rounds reach the sets those moves left behind.
 		for round := 0; round < 8; round++ {
+			if stop() {
+				return ctx.Err()
+			}
 			_ = t.FoldLeaves(ctx) // what fails stays logged, for the next round or a repair
 			keys := t.Thinned()
 			if len(keys) == 0 {

@@ -272,6 +272,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 		if try == 9 {
 			t.Fatal(err)
 		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	events++
 	load(time.Second)

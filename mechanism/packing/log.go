@@ -741,8 +741,8 @@ func (m *Mechanism) Thinned() [][]byte {
 	return out
 }
 
-// noteLeft records that a member left set by a logged entry, for
-// FoldLeaves.
+// noteLeft records that a member left the set with id set by a logged
+// entry, for FoldLeaves.
 func (m *Mechanism) noteLeft(set uint64) {
 	m.thinMu.Lock()
 	defer m.thinMu.Unlock()
