@@ -106,12 +106,15 @@ func openDevices(cfg *Config, create bool) ([]device.Device, []error) {
 		}
 		switch sp.kind {
 		case "pebble":
-			d, err := pebble.Open(sp.arg, pebble.WithCreate(create), pebble.WithLimits(limits), pebble.WithCapacity(capacity))
+			open := func() (*pebble.Device, error) {
+				return pebble.Open(sp.arg, pebble.WithCreate(create), pebble.WithLimits(limits), pebble.WithCapacity(capacity))
+			}
+			d, err := open()
 			// A holder that is exiting (a restart overlapping the old
 			// process's shutdown) lets go within moments.
 			for deadline := time.Now().Add(inUseWait); errors.Is(err, pebble.ErrInUse) && time.Now().Before(deadline); {
 				time.Sleep(inUseWait / 50)
-				d, err = pebble.Open(sp.arg, pebble.WithCreate(create), pebble.WithLimits(limits), pebble.WithCapacity(capacity))
+				d, err = open()
 			}
 			if err != nil {
 				// The backend's error starts with the name, which
