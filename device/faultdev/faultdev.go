@@ -7,7 +7,9 @@
 // Invariants:
 //   - The injector is consulted once per device operation, before the
 //     operation reaches the wrapped device, and an injected failure never
-//     reaches it: the operation has no effect.
+//     reaches it: the operation has no effect. WrapAfter is the one
+//     exception: it consults the injector after the operation took effect,
+//     and a failure it injects loses only the answer.
 //   - Each op of a Batch is one operation, consulted in slice order; the ops
 //     not failed are passed on as one batch, still in order.
 //   - Iterate is one operation (OpIterate, Key = the prefix) and Info is
@@ -324,3 +326,88 @@ func (w *wrapped) Batch(ctx context.Context, ops []device.Op) error {
 }
 
 var _ device.Device = (*wrapped)(nil)
+
+// WrapAfter returns d with inj consulted after every operation has reached
+// d: an operation inj fails took effect all the same, and only its answer
+// is lost. This is a device that dies, or whose connection breaks, after
+// it took a write: the case that makes a reported failure say nothing of
+// what the device holds. A read whose answer is lost returns no result.
+// Closing the result closes d.
+func WrapAfter(d device.Device, inj Injector) device.Device {
+	return &after{wrapped{d: d, inj: inj}}
+}
+
+type after struct{ wrapped }
+
+func (w *after) Store(ctx context.Context, key, value []byte) error {
+	if err := w.d.Store(ctx, key, value); err != nil {
+		return err
+	}
+	return w.check(device.OpStore, key)
+}
+
+func (w *after) Retrieve(ctx context.Context, key []byte) ([]byte, error) {
+	b, err := w.d.Retrieve(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.check(device.OpRetrieve, key); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (w *after) Delete(ctx context.Context, key []byte) error {
+	if err := w.d.Delete(ctx, key); err != nil {
+		return err
+	}
+	return w.check(device.OpDelete, key)
+}
+
+func (w *after) Exist(ctx context.Context, key []byte) (bool, error) {
+	ok, err := w.d.Exist(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	if err := w.check(device.OpExist, key); err != nil {
+		return false, err
+	}
+	return ok, nil
+}
+
+func (w *after) Iterate(ctx context.Context, prefix []byte, fn func(key []byte) error) error {
+	if err := w.d.Iterate(ctx, prefix, fn); err != nil {
+		return err
+	}
+	return w.check(OpIterate, prefix)
+}
+
+func (w *after) Info(ctx context.Context) (device.Info, error) {
+	info, err := w.d.Info(ctx)
+	if err != nil {
+		return device.Info{}, err
+	}
+	if err := w.check(OpInfo, nil); err != nil {
+		return device.Info{}, err
+	}
+	return info, nil
+}
+
+// Batch passes every op to the wrapped device as one batch, then fails
+// the ops the injector picks: their effects stay.
+func (w *after) Batch(ctx context.Context, ops []device.Op) error {
+	err := w.d.Batch(ctx, ops)
+	for i := range ops {
+		op := &ops[i]
+		if op.Err != nil {
+			continue
+		}
+		if ierr := w.check(op.Kind, op.Key); ierr != nil {
+			op.Result, op.Found, op.Partial = nil, false, false
+			op.Err = fmt.Errorf("batch op %d: %w", i, ierr)
+		}
+	}
+	return err
+}
+
+var _ device.Device = (*after)(nil)

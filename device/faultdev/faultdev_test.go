@@ -325,3 +325,39 @@ func TestCrash(t *testing.T) {
 		}
 	}
 }
+
+// TestWrapAfter: a failure injected after the op reached the device loses
+// the answer, not the effect.
+func TestWrapAfter(t *testing.T) {
+	devicetest.Run(t, func(t *testing.T, l device.Limits) device.Device {
+		return faultdev.WrapAfter(mem.New(mem.WithLimits(l)), &faultdev.Toggle{})
+	})
+	ctx := t.Context()
+	m := mem.New()
+	wantFailures(t, probe(t, faultdev.WrapAfter(m, faultdev.Always(nil))),
+		"store", "retrieve", "exist", "iterate", "info", "delete")
+	if st := m.Stats(); st.Stores != 1 || st.Deletes != 1 || st.Retrieves != 1 {
+		t.Fatalf("device saw %+v: every probed op must reach it", st)
+	}
+
+	m = mem.New()
+	d := faultdev.WrapAfter(m, faultdev.OnWrites(faultdev.Always(nil)))
+	if err := d.Store(ctx, keyA, []byte("a")); !errors.Is(err, faultdev.ErrInjected) {
+		t.Fatalf("store: %v, want the injected failure", err)
+	}
+	if b, err := d.Retrieve(ctx, keyA); err != nil || string(b) != "a" {
+		t.Fatalf("the store whose answer was lost: %q, %v; want it landed", b, err)
+	}
+	ops := []device.Op{
+		{Kind: device.OpStore, Key: keyB, Value: []byte("b")},
+		{Kind: device.OpRetrieve, Key: keyB},
+		{Kind: device.OpRetrieve, Key: []byte("key-none")},
+	}
+	if err := d.Batch(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(ops[0].Err, faultdev.ErrInjected) || ops[1].Err != nil || string(ops[1].Result) != "b" ||
+		!errors.Is(ops[2].Err, device.ErrNotFound) {
+		t.Fatalf("batch: %v; %v %q; %v", ops[0].Err, ops[1].Err, ops[1].Result, ops[2].Err)
+	}
+}

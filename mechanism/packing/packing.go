@@ -371,9 +371,8 @@ func (m *Mechanism) parityDevices(id uint64, members []int, size int) []int {
 // Degraded: while at most r of the set's pieces miss their devices (a
 // member's own piece included: it is then rebuilt from the set when read),
 // the set is written and every member acknowledged, the missed pieces
-// recorded for resync. With more missing, every member fails and the
-// parities that landed are deleted, so that no set lists bytes that were
-// not acknowledged.
+// recorded for resync. With more missing, or a miss that could not be
+// recorded, every member fails and the parities are deleted (retract).
 func (m *Mechanism) writeSet(ctx context.Context, set []*entry) {
 	// One caller's cancellation must not fail the others' stores.
 	ctx = context.WithoutCancel(ctx)
@@ -426,23 +425,33 @@ func (m *Mechanism) writeSet(ctx context.Context, set []*entry) {
 	pv := m.ids.Next()
 	ops = append(ops, m.parityOps(&pf, pv, shards[m.k:])...)
 	m.env.Do(ctx, ops)
-	if err := mechanism.Quorum(ops, m.r); err != nil {
-		fail(err)
-		var del []mechanism.Op
-		for _, op := range ops[len(live):] {
-			if op.Err == nil {
-				del = append(del, mechanism.Op{Dev: op.Dev, Op: device.Op{Kind: device.OpDelete, Key: op.Key}})
-			}
-		}
-		m.env.Do(ctx, del)
-		return
+	err := mechanism.Quorum(ops, m.r)
+	if err == nil {
+		err = m.env.Acknowledge(ctx, ops)
 	}
-	if err := m.env.Acknowledge(ctx, ops); err != nil {
+	if err != nil {
 		fail(err)
+		m.retract(ctx, ops[len(live):])
 		return
 	}
 	m.noteSet(&pf, pv)
 	m.sets1.Add(1)
+}
+
+// retract deletes the parities of a set whose write failed, so that no
+// set lists members that were not acknowledged: read through such a set,
+// a member whose piece did not land would be lost rather than read at its
+// previous version. Every parity device is sent the delete, not only
+// those that answered: a store that reported a failure may have landed
+// all the same (the device died, or its connection broke, after taking
+// it). A device that is down misses the delete, which Env.Do records, so
+// its parity reads as stale until its resync deletes it (RepairKey).
+func (m *Mechanism) retract(ctx context.Context, parities []mechanism.Op) {
+	del := make([]mechanism.Op, len(parities))
+	for i, op := range parities {
+		del[i] = mechanism.Op{Dev: op.Dev, Op: device.Op{Kind: device.OpDelete, Key: op.Key}}
+	}
+	m.env.Do(ctx, del)
 }
 
 // newShards returns k data shards (zero: empty slots are virtual zero

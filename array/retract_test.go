@@ -1,0 +1,124 @@
+package array
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/device/faultdev"
+	"github.com/kvarray/kvarray/device/mem"
+	"github.com/kvarray/kvarray/mechanism/packing"
+	"github.com/kvarray/kvarray/mechanism/replication"
+)
+
+// TestFailedSetLeavesNoParity is the set write TestScrubRollback once
+// failed on: two members' primaries are down, and of the two parities one
+// lands while its device reports a failure (it dies after taking the
+// write), so three of the set's pieces count as missed and both stores
+// fail. The parity that landed must not outlive the failure: it would
+// list members whose pieces never landed, and a read through the sets
+// would find that set newest and unrecoverable instead of the previous
+// one.
+//
+// Invariant: each key reads back as its acknowledged value or as the
+// value of its failed write, with its primary up, lost (read through the
+// sets) and rebuilt.
+func TestFailedSetLeavesNoParity(t *testing.T) {
+	var armed atomic.Bool
+	var lost atomic.Int32 // parity stores whose answer was lost: only the first
+	parity := []byte("\x00kvarray-set")
+	r := newRigWrapped(t, 6, device.Limits{}, func(i int, m *mem.Device) device.Device {
+		return faultdev.WrapAfter(m, faultdev.InjectorFunc(func(op faultdev.Op) error {
+			if armed.Load() && op.Kind == device.OpStore && bytes.HasPrefix(op.Key, parity) && lost.Add(1) == 1 {
+				return faultdev.ErrInjected
+			}
+			return nil
+		}))
+	}, WithMechanisms(packing.New(4, 2, 200*time.Millisecond), replication.New(3)), WithDefault("packing"))
+	ctx := context.Background()
+	keys := balancedKeys(r, 6)
+	x, y := keys[0], keys[1]
+	p, q := r.a.primary([]byte(x), 0), r.a.primary([]byte(y), 0)
+	if p == q {
+		t.Fatalf("keys %q and %q share primary %d", x, y, p)
+	}
+	v1 := make([][]byte, len(keys))
+	for i := range v1 {
+		v1[i] = bytes.Repeat([]byte{byte(i + 1)}, 4096)
+	}
+	storeConcurrently(t, r.a, keys, v1)
+	parityKeys := func() []string {
+		var out []string
+		for _, m := range r.mems {
+			_ = m.Iterate(ctx, parity, func(k []byte) error { out = append(out, string(k)); return nil })
+		}
+		return out
+	}
+	before := parityKeys()
+
+	// Both updates go to a new set together (their primaries are down, so
+	// neither can be updated in place), and that set's write fails.
+	r.mems[p].Fail()
+	r.mems[q].Fail()
+	armed.Store(true)
+	v2 := [][]byte{bytes.Repeat([]byte{0xf0}, 4096), bytes.Repeat([]byte{0xf1}, 4096)}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, k := range []string{x, y} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.a.Store(ctx, []byte(k), v2[i])
+		}()
+	}
+	wg.Wait()
+	armed.Store(false)
+	if lost.Load() == 0 {
+		t.Fatal("no parity store was written and failed: the scenario did not happen")
+	}
+	for i, err := range errs {
+		if err == nil {
+			t.Fatalf("store %d acknowledged with three of its set's pieces missed", i)
+		}
+	}
+
+	check := func(when string) {
+		t.Helper()
+		for i, k := range keys {
+			got, err := r.a.Retrieve(ctx, []byte(k))
+			ok := err == nil && bytes.Equal(got, v1[i])
+			if i < 2 {
+				ok = ok || (err == nil && bytes.Equal(got, v2[i]))
+			}
+			if !ok {
+				t.Errorf("%s: %q: %d bytes, %v; want its acknowledged value (or its failed write's)", when, k, len(got), err)
+			}
+		}
+	}
+	r.mems[p].Recover()
+	r.mems[q].Recover()
+	for d, err := range r.heal() {
+		if err != nil {
+			t.Fatalf("heal device %d: %v", d, err)
+		}
+	}
+	check("after the resyncs")
+	r.reopen() // the next process learns the sets from the parities
+	check("after a restart")
+	for _, k := range parityKeys() {
+		if !slices.Contains(before, k) {
+			t.Errorf("parity %q of the failed set outlived it", k)
+		}
+	}
+	r.replace(p)
+	check("with the primary of " + x + " replaced")
+	if _, err := r.a.Rebuild(ctx, p); err != nil {
+		t.Fatalf("rebuild: %v", err)
+	}
+	check("after the rebuild")
+}
