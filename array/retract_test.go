@@ -122,3 +122,78 @@ func TestFailedSetLeavesNoParity(t *testing.T) {
 	}
 	check("after the rebuild")
 }
+
+// TestCutWriteLeavesNoListing: a packed update is cut off as a crash cuts
+// it, after its set's parities (a new set's, or an in-place update's log
+// entry) landed but before the member's piece did or its miss was
+// recorded, and nothing after lands (the parities' retraction neither).
+// The write is not acknowledged and the next process reads the old value
+// from the primary. Invariant: from then on the key reads the old value
+// (a read returned it), after a scrub, with its primary lost (read
+// through the sets) and after the rebuild: the scrub retires the listing
+// of the cut write, which would otherwise be the newest the sets know.
+func TestCutWriteLeavesNoListing(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		v2size int
+	}{
+		{"to a new set", 3000}, // larger than the set's shard: the member moves
+		{"in place", 1000},     // logged on the parities
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var armed atomic.Bool
+			key := []byte("key-x")
+			var p int
+			records, sets := []byte("\x00kvarray-resync"), []byte("\x00kvarray-set")
+			r := newRigWrapped(t, 6, device.Limits{}, func(i int, m *mem.Device) device.Device {
+				return faultdev.Wrap(m, faultdev.InjectorFunc(func(op faultdev.Op) error {
+					if !armed.Load() {
+						return nil
+					}
+					switch {
+					case op.Kind == device.OpStore && i == p && bytes.HasPrefix(op.Key, key),
+						op.Kind == device.OpStore && bytes.HasPrefix(op.Key, records),
+						op.Kind == device.OpDelete && bytes.HasPrefix(op.Key, sets):
+						return faultdev.ErrInjected
+					}
+					return nil
+				}))
+			}, WithMechanisms(packing.New(4, 2, 20*time.Millisecond), replication.New(3)), WithDefault("packing"))
+			ctx := context.Background()
+			p = r.a.primary(key, 0)
+			v1, v2 := bytes.Repeat([]byte{1}, 1000), bytes.Repeat([]byte{2}, tc.v2size)
+			if err := r.a.Store(ctx, key, v1); err != nil {
+				t.Fatal(err)
+			}
+			armed.Store(true)
+			if err := r.a.Store(ctx, key, v2); err == nil {
+				t.Fatal("the cut write was acknowledged")
+			}
+			armed.Store(false)
+			r.reopen()
+			check := func(when string) {
+				t.Helper()
+				got, err := r.a.Retrieve(ctx, key)
+				switch {
+				case err != nil:
+					t.Fatalf("%s: %v, want the value a read returned after the restart", when, err)
+				case bytes.Equal(got, v2):
+					t.Fatalf("%s: the cut write's value, after a read returned the old one", when)
+				case !bytes.Equal(got, v1):
+					t.Fatalf("%s: %d other bytes, want the value a read returned after the restart", when, len(got))
+				}
+			}
+			check("after the restart")
+			if _, err := r.a.Scrub(ctx, true); err != nil {
+				t.Fatalf("scrub: %v", err)
+			}
+			check("after the scrub")
+			r.replace(p)
+			check("with the primary lost")
+			if _, err := r.a.Rebuild(ctx, p); err != nil {
+				t.Fatalf("rebuild: %v", err)
+			}
+			check("after the rebuild")
+		})
+	}
+}

@@ -670,7 +670,7 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member, le
 			st.bad[mb.slot] = known[mb.slot]
 		} else {
 			st.bad[mb.slot] = true
-			st.superseded[mb.slot] = m.supersedes(&ops[i], &mb)
+			st.superseded[mb.slot] = m.supersedes(&ops[i], st.g.set, &mb)
 			why = append(why, fmt.Errorf("member %q on device %d (version %d listed): %v", mb.key, mb.dev, mb.version, ops[i].Err))
 		}
 	}
@@ -801,22 +801,47 @@ func memberPiece(op *mechanism.Op, id uint64, mb *member) (format.Value, bool) {
 	return v, true
 }
 
-// supersedes reports whether op, the read of member mb's data key on its
-// primary, shows that the key has moved on since the set listed mb: the
-// primary holds a verified piece of a version at least mb's that is not
-// mb (another mechanism's, another set's), or, answering as a healthy
-// device, nothing (the key was deleted). A device that cannot answer, a
-// stale or corrupt piece, or an older one proves nothing: the member may
-// still be current.
-func (m *Mechanism) supersedes(op *mechanism.Op, mb *member) bool {
+// supersedes reports whether op, the read of member mb of set id on its
+// primary, shows that the key has moved on since the set listed mb, or
+// that the listing never became the key's value:
+//
+//   - the primary holds a verified piece of a version at least mb's that
+//     is not mb (another mechanism's, another set's), or, answering as a
+//     healthy device, nothing (the key was deleted);
+//   - or, answering as a healthy device that missed no write of the key,
+//     an older piece that is not this set's (another mechanism's, another
+//     set's). A store is acknowledged only once its member landed on the
+//     primary or the primary's miss is recorded, so mb's write was never
+//     acknowledged: a crash or a failure cut it after its parities
+//     landed. A read returns the primary's piece; the set must not keep a
+//     listing that a later read through the sets (the primary lost) would
+//     take for the newest value, and find unrecoverable.
+//
+// A device that cannot answer, a stale or corrupt piece, or an older one
+// of this set (an in-place update cut short, which the key's own repair
+// settles) proves nothing: the member may still be current. The set's
+// lock keeps a write in flight from being seen here half landed.
+func (m *Mechanism) supersedes(op *mechanism.Op, id uint64, mb *member) bool {
+	healthy := m.env.State(op.Dev) == mechanism.Healthy
 	if errors.Is(op.Err, device.ErrNotFound) {
-		return m.env.State(op.Dev) == mechanism.Healthy
+		return healthy
 	}
 	if op.Err != nil {
 		return false
 	}
 	v, err := format.Decode(op.Result)
-	return err == nil && v.Version >= mb.version
+	switch {
+	case err != nil:
+		return false
+	case v.Version >= mb.version:
+		return true
+	case !healthy:
+		return false
+	case v.RM == format.RMPacking:
+		f, err := decodeMember(v.Fields)
+		return err == nil && f.set != id
+	}
+	return true
 }
 
 // sameMembers reports whether two memberships list the same members at
@@ -1311,18 +1336,6 @@ func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.He
 		tk.Release()
 		return 0, fmt.Errorf("packing split %d of key %q: %w", k.Split, k.User, err)
 	}
-	if own != nil && !slices.ContainsFunc(st.f.members, func(mb member) bool {
-		return mb.split == k.Split && string(mb.key) == string(k.User) && mb.version == own.Version
-	}) {
-		// The piece left its set (a store or delete that failed after
-		// the member was detached): protect it again in a new set.
-		tk.Release()
-		obj := mechanism.Object{Splits: own.Splits, ObjectLen: own.ObjectLen, Version: own.Version}
-		if err := m.insert(ctx, k, obj, own.Payload); err != nil {
-			return 0, err
-		}
-		return 1 + m.r, nil
-	}
 	isKey := func(mb *member) bool { return mb.split == k.Split && string(mb.key) == string(k.User) }
 	for _, mb := range st.f.members {
 		if isKey(&mb) && want != 0 && mb.version != want {
@@ -1331,8 +1344,23 @@ func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.He
 	}
 	n, err := m.rewriteBad(ctx, st, func(mb *member) bool { return isKey(mb) && (want == 0 || mb.version == want) })
 	tk.Release()
-	if err != nil || own == nil || !m.sparse(ctx, st, roster) {
+	if err != nil || own == nil {
 		return n, err
+	}
+	if !slices.ContainsFunc(st.f.members, func(mb member) bool { return isKey(&mb) && mb.version == own.Version }) {
+		// The piece left its set (a store or delete that failed after
+		// the member was detached), or the set lists another version of
+		// it (an in-place update cut short, retired above: left listed,
+		// a read through the sets would take it for the newest):
+		// protect it again in a new set.
+		obj := mechanism.Object{Splits: own.Splits, ObjectLen: own.ObjectLen, Version: own.Version}
+		if err := m.insert(ctx, k, obj, own.Payload); err != nil {
+			return n, err
+		}
+		return n + 1 + m.r, nil
+	}
+	if !m.sparse(ctx, st, roster) {
+		return n, nil
 	}
 	return n, m.regroup(ctx, k, own)
 }
