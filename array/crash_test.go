@@ -547,7 +547,7 @@ func (p *crashPlan) report(t *testing.T, how string, points int, fails []crashFa
 	for _, i := range slices.Sorted(maps.Keys(p.faultless)) {
 		t.Errorf("workload op %d (%v) failed before any crash, within every mechanism's tolerance: %v", i, p.ops[i], p.faultless[i])
 	}
-	t.Logf("%s, %s: crashed at each of %d device operations of %d workload operations: %d violations",
+	t.Logf("%s, %s: a fault at each of %d device operations of %d workload operations: %d violations",
 		p.cc.name, how, points, len(p.ops), len(fails))
 	byClass := map[string][]crashFailure{}
 	for _, f := range fails {
@@ -565,7 +565,7 @@ func (p *crashPlan) report(t *testing.T, how string, points int, fails []crashFa
 			if f.op < len(p.ops) {
 				what = p.ops[f.op].String()
 			}
-			t.Errorf("  %s: crash at device op %d of workload op %d (%s; KVARRAY_CRASH_POINT=%d:%d), after %s: %s %s",
+			t.Errorf("  %s: fault at device op %d of workload op %d (%s; KVARRAY_CRASH_POINT=%d:%d), after %s: %s %s",
 				class, f.at, f.op, what, f.op, f.at, f.phase, f.key, f.detail)
 		}
 	}

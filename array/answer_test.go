@@ -1,0 +1,135 @@
+package array
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/device/faultdev"
+	"github.com/kvarray/kvarray/device/mem"
+)
+
+// The lost-answer test is the crash test's (crash_test.go) twin for a
+// process that lives on: the answer of each device operation of a
+// workload is lost in turn. The operation reaches its device and takes
+// effect, but the array is told the device failed (it died, or its
+// connection broke, after taking the write), and the workload operation
+// runs on to its end, degraded. That is the fault behind a set write that
+// failed while one of its parities had landed (TestFailedSetLeavesNoParity).
+// Then the process stops, and the crash test's check runs: restart,
+// heal, scrub, lose a device, rebuild.
+//
+// Invariant: as the crash test's, where the workload operation counts as
+// acknowledged if it returned no error, and as in flight (either value)
+// if it failed; and a failure is itself a violation unless the operation
+// wrote with Hashing, which tolerates no fault: one device's fault is
+// within every other mechanism's tolerance (see mayFail).
+
+// startAnswerLostProcess opens the array over mems with the answer of
+// device operation at (counted from the end of the open, as
+// startCrashProcess counts) lost.
+func startAnswerLostProcess(t *testing.T, cc crashConfig, mems []*mem.Device, at int64) *crashProcess {
+	t.Helper()
+	p := &crashProcess{crash: faultdev.CrashAt(-1)} // counts; never crashes
+	lose := &faultdev.Toggle{Injector: faultdev.OnIndex(at, nil)}
+	counting := &faultdev.Toggle{Injector: p.crash}
+	devs := make([]device.Device, len(mems))
+	for i, m := range mems {
+		devs[i] = faultdev.WrapAfter(faultdev.Wrap(m, counting), lose)
+	}
+	a, err := Open(context.Background(), devs, cc.opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.a = a
+	counting.On()
+	lose.On()
+	return p
+}
+
+// everyAnswerLost loses the answer of every device operation of every
+// workload operation in turn, each from a copy of the devices taken
+// before its workload operation (as everyOpFromSnapshots crashes).
+func (p *crashPlan) everyAnswerLost(t *testing.T) (points int, fails []crashFailure) {
+	mems := newCrashMems()
+	live := startCrashProcess(t, p.cc, mems, true, -1)
+	out := outcomes{}
+	onlyOp, onlyAt, narrowed := crashPoint(t)
+	for j, o := range p.ops {
+		if narrowed && j != onlyOp {
+			p.runUntilCrash(live, j, j+1, out, -1)
+			continue
+		}
+		count := startCrashProcess(t, p.cc, cloneMems(t, mems), false, -1)
+		p.runUntilCrash(count, j, j+1, maps.Clone(out), -1)
+		for at := int64(0); at < count.crash.Count(); at++ {
+			if narrowed && at != onlyAt {
+				continue
+			}
+			snap := cloneMems(t, mems)
+			proc := startAnswerLostProcess(t, p.cc, snap, at)
+			err := proc.apply(o)
+			c := crashed{at: at, inFlight: len(p.ops), out: maps.Clone(out)}
+			switch {
+			case o.settle:
+			case err == nil:
+				c.out.record(o.key, o.value, nil)
+			default:
+				if !p.mayFail(out, o, err) {
+					fails = append(fails, crashFailure{at: at, op: j, class: "failed within tolerance", phase: "write",
+						key: o.key, detail: err.Error()})
+				}
+				c.inFlight = j
+				c.out.record(o.key, o.value, errInFlight)
+			}
+			fails = append(fails, p.check(t, snap, c)...)
+			points++
+		}
+		p.runUntilCrash(live, j, j+1, out, -1)
+	}
+	return points, fails
+}
+
+// mayFail reports whether workload operation o may fail with err on an
+// array one of whose devices failed under it, the keys' outcomes before
+// it being out: when it writes with Hashing, which keeps one copy, and
+// when it deletes a key that may be absent or hold a Hashing value (not
+// found, or unavailable: with Hashing configured, absence cannot be
+// proven while the primary is impaired).
+func (p *crashPlan) mayFail(out outcomes, o crashOp, err error) bool {
+	if o.using == "hashing" {
+		return true
+	}
+	hashed := slices.ContainsFunc(out[o.key], func(v []byte) bool { return p.hashed[string(v)] })
+	absent := out[o.key] == nil || out.allows(o.key, nil, ErrNotFound)
+	return o.del && (absent || hashed) && (errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable))
+}
+
+// TestAnswerLostAtEveryOperation covers every device operation of a
+// 100-operation workload (60 under -race; KVARRAY_ANSWER_OPS to change it).
+func TestAnswerLostAtEveryOperation(t *testing.T) {
+	n := 100
+	if s := os.Getenv("KVARRAY_ANSWER_OPS"); s != "" {
+		if _, err := fmt.Sscan(s, &n); err != nil {
+			t.Fatalf("KVARRAY_ANSWER_OPS=%q: %v", s, err)
+		}
+	}
+	switch {
+	case testing.Short():
+		n = 30
+	case raceEnabled && os.Getenv("KVARRAY_ANSWER_OPS") == "":
+		n = 60 // the race detector slows it several times over
+	}
+	for _, cc := range crashConfigs() {
+		t.Run(cc.name, func(t *testing.T) {
+			p := newCrashPlan(t, cc, n)
+			points, fails := p.everyAnswerLost(t)
+			p.report(t, "answers lost", points, fails)
+		})
+	}
+}
