@@ -74,17 +74,18 @@ func (p *crashPlan) everyAnswerLost(t *testing.T) (points int, fails []crashFail
 			snap := cloneMems(t, mems)
 			proc := startAnswerLostProcess(t, p.cc, snap, at)
 			err := proc.apply(o)
-			c := crashed{at: at, inFlight: len(p.ops), out: maps.Clone(out)}
+			c := crashed{at: at, inFlight: j, out: maps.Clone(out)}
 			switch {
 			case o.settle:
+				c.settled = true
 			case err == nil:
+				c.settled = true
 				c.out.record(o.key, o.value, nil)
 			default:
 				if !p.mayFail(out, o, err) {
 					fails = append(fails, crashFailure{at: at, op: j, class: "failed within tolerance", phase: "write",
 						key: o.key, detail: err.Error()})
 				}
-				c.inFlight = j
 				c.out.record(o.key, o.value, errInFlight)
 			}
 			fails = append(fails, p.check(t, snap, c)...)

@@ -302,8 +302,12 @@ func (p *crashProcess) apply(o crashOp) error {
 type crashed struct {
 	at       int64
 	inFlight int // workload op in flight (len(ops): none)
-	out      outcomes
-	acked    outcomes // nil unless the op in flight was acknowledged
+	// settled: the fault fell within the op at inFlight, but the op
+	// returned success all the same (the lost-answer test): out holds
+	// it as acknowledged, and it is not in flight.
+	settled bool
+	out     outcomes
+	acked   outcomes // nil unless the op in flight was acknowledged
 }
 
 // runUntilCrash runs p.ops[from:to] in proc and stops after the operation
@@ -393,10 +397,18 @@ func newCrashPlan(t *testing.T, cc crashConfig, n int) *crashPlan {
 	return p
 }
 
+// keyInFlight returns the key of the write in flight at crash c, or "".
+func (p *crashPlan) keyInFlight(c crashed) string {
+	if c.settled || c.inFlight < 0 || c.inFlight >= len(p.ops) {
+		return ""
+	}
+	return p.ops[c.inFlight].key
+}
+
 // completes reports whether reading got (err) for key k is the write in
 // flight at crash c taking effect.
 func (p *crashPlan) completes(c crashed, k string, got []byte, err error) bool {
-	if c.inFlight < 0 || c.inFlight >= len(p.ops) || p.ops[c.inFlight].key != k {
+	if c.settled || c.inFlight < 0 || c.inFlight >= len(p.ops) || p.ops[c.inFlight].key != k {
 		return false
 	}
 	o := p.ops[c.inFlight]
@@ -435,14 +447,22 @@ func (p *crashPlan) check(t *testing.T, mems []*mem.Device, c crashed) []crashFa
 		}
 		return o.allows(k, got, err)
 	}
+	// lost: a device was lost (and Hashing's values with it); early:
+	// before any repair (the write in flight may be lost with it).
+	lost, early := false, false
 	checkAll := func(phase string) {
-		lost := phase == "device lost" || phase == "rebuilt"
 		for _, k := range p.keys {
 			if lost && slices.ContainsFunc(c.out[k], func(v []byte) bool { return p.hashed[string(v)] }) {
 				continue // Hashing keeps one copy: a lost device loses it
 			}
+			if early && k == p.keyInFlight(c) {
+				continue // the write hole (ARCHITECTURE, Known limits)
+			}
 			got, err := r.a.Retrieve(ctx, []byte(k))
 			switch was, seen := first[k]; {
+			case lost && errors.Is(err, ErrUnavailable) && allows(c.out, k, nil, ErrNotFound):
+				// Known limits: with Hashing configured, absence cannot
+				// be proven while the primary is impaired.
 			case !allows(c.out, k, got, err) && errors.Is(err, ErrUnavailable) && allows(c.out, k, nil, ErrNotFound):
 				// With Hashing configured, absence cannot be proven
 				// while the primary is impaired.
@@ -466,6 +486,25 @@ func (p *crashPlan) check(t *testing.T, mems []*mem.Device, c crashed) []crashFa
 		}
 	}
 	checkAll("reopen")
+	loseOne := func(d int, phase string) []crashFailure {
+		lost = true
+		mems[d].Replace()
+		if err := r.a.ReplaceDevice(ctx, d, nil); err != nil {
+			return append(fails, fail("replace fails", phase, "", err.Error()))
+		}
+		checkAll("device lost" + phase)
+		if _, err := r.a.Rebuild(ctx, d); err != nil {
+			fails = append(fails, fail("rebuild fails", "rebuild"+phase, "", err.Error()))
+		}
+		checkAll("rebuilt" + phase)
+		return nil
+	}
+	if os.Getenv("KVARRAY_CRASH_EARLY_LOSS") != "" {
+		early = true
+		if f := loseOne(int((c.at+3)%int64(len(mems))), " before any repair"); f != nil {
+			return f
+		}
+	}
 	for d, err := range r.heal() {
 		if err != nil {
 			fails = append(fails, fail("heal fails", "heal", "", fmt.Sprintf("device %d: %v", d, err)))
@@ -478,16 +517,9 @@ func (p *crashPlan) check(t *testing.T, mems []*mem.Device, c crashed) []crashFa
 	// Then a device is lost (another one at each crash point) and
 	// rebuilt: what the scrub left must survive the loss of any one
 	// device, as every value must.
-	lose := int(c.at % int64(len(mems)))
-	mems[lose].Replace()
-	if err := r.a.ReplaceDevice(ctx, lose, nil); err != nil {
-		return append(fails, fail("replace fails", "replace", "", err.Error()))
+	if f := loseOne(int(c.at%int64(len(mems))), ""); f != nil {
+		return f
 	}
-	checkAll("device lost")
-	if _, err := r.a.Rebuild(ctx, lose); err != nil {
-		fails = append(fails, fail("rebuild fails", "rebuild", "", err.Error()))
-	}
-	checkAll("rebuilt")
 	return fails
 }
 

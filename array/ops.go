@@ -194,12 +194,24 @@ func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 		// key too, and trust the newest.
 		have = a.readNeighbours(ctx, k, have)
 	}
-	best := -1
-	for i := range have {
-		q := &have[i]
-		if q.OK() && (k.Want == 0 || q.Value.Version == k.Want) && (best < 0 || q.Value.Version > have[best].Value.Version) {
-			best = i
+	newest := func() int {
+		best := -1
+		for i := range have {
+			q := &have[i]
+			if q.OK() && (k.Want == 0 || q.Value.Version == k.Want) && (best < 0 || q.Value.Version > have[best].Value.Version) {
+				best = i
+			}
 		}
+		return best
+	}
+	best := newest()
+	for best > 0 && k.Want == 0 && a.cutShort(k, have, best) {
+		// The pieces of a write a crash cut short, newer than the value
+		// it was replacing, are not the key's value: the value is the
+		// newest write before it.
+		v := have[best].Value.Version
+		have = slices.DeleteFunc(have, func(q mechanism.Piece) bool { return q.OK() && q.Value.Version == v })
+		best = newest()
 	}
 	if best != 0 && !(best > 0 && k.Want != 0) {
 		// The primary cannot answer for itself: a piece on a neighbour
@@ -252,6 +264,73 @@ func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
 		l.have = slices.DeleteFunc(have, func(p mechanism.Piece) bool { return p.Bank })
 	}
 	return l, nil
+}
+
+// cutShort reports whether have[best], the newest piece found past k's
+// primary while the primary cannot answer, is of a write that a crash cut
+// short: too few of its pieces are readable to read it (fewer than its
+// mechanism's width less its tolerance), and it was never acknowledged.
+// A write is acknowledged only once each device of its width took its
+// piece or has a durable record of the miss (Env.Acknowledge), so each
+// device that is healthy, answered, and holds neither a piece of it nor
+// such a record is proof; a device that cannot tell counts as holding
+// one. Without this, with the primary lost before any repair, the cut
+// write's pieces made the value it was replacing, still whole on the
+// other devices, unreadable (a crash, then a device lost).
+//
+// Packing is left out: a member's newest listing is its sets' to settle
+// (Packing's supersedes), and its pieces are whole members.
+func (a *Array) cutShort(k mechanism.Key, have []mechanism.Piece, best int) bool {
+	m, ok := a.byRM[have[best].Value.RM]
+	if !ok {
+		return false
+	}
+	if _, ok := m.(locator); ok {
+		return false
+	}
+	v := have[best].Value.Version
+	w := min(m.Width(), a.env.N())
+	good := 0
+	for i := range have {
+		if have[i].OK() && have[i].Value.Version == v {
+			good++
+		}
+	}
+	if good >= w-m.Tolerates() {
+		return false
+	}
+	accounted := 0
+	for off := range w {
+		if a.mayHold(k, have, a.env.At(k, off), v) {
+			accounted++
+		}
+	}
+	return accounted < w
+}
+
+// mayHold reports whether device d may hold a piece of split k's write of
+// version v, or a record that it missed it, as far as have (the pieces
+// read) and the device's state tell.
+func (a *Array) mayHold(k mechanism.Key, have []mechanism.Piece, d int, v uint64) bool {
+	if a.env.State(d) != mechanism.Healthy || a.env.Missing(d, k.Data()) || a.env.Missing(d, k.Bank()) {
+		return true
+	}
+	read := false
+	for i := range have {
+		q := &have[i]
+		if q.Dev != d {
+			continue
+		}
+		read = true
+		switch {
+		case q.OK() && q.Value.Version == v:
+			return true
+		case q.OK(), errors.Is(q.Err, device.ErrNotFound):
+		default:
+			return true // stale, corrupt, failed: it cannot tell
+		}
+	}
+	return !read
 }
 
 // readNeighbours appends to have the pieces of k on the devices past its

@@ -197,3 +197,46 @@ func TestCutWriteLeavesNoListing(t *testing.T) {
 		})
 	}
 }
+
+// TestCutWriteDoesNotHideOldValue: a crash cuts a Splitting store over a
+// Replication value after one of its six shards landed (past the
+// primary, which is written last), and the primary is lost before any
+// repair. Invariant: the old value, acknowledged and whole on its other
+// copies, reads back, with the primary lost and after its rebuild: the
+// cut write's shard is newer than it but was never acknowledged, and is
+// too few to read.
+func TestCutWriteDoesNotHideOldValue(t *testing.T) {
+	var armed, crashed atomic.Bool
+	r := newRigWrapped(t, 6, device.Limits{}, func(i int, m *mem.Device) device.Device {
+		return faultdev.Wrap(m, faultdev.InjectorFunc(func(op faultdev.Op) error {
+			switch {
+			case !armed.Load():
+			case crashed.Load():
+				return faultdev.ErrCrashed
+			case op.Kind == device.OpStore && bytes.HasPrefix(op.Key, []byte("k\x00")):
+				if !crashed.CompareAndSwap(false, true) { // the first lands, then the crash
+					return faultdev.ErrCrashed
+				}
+			}
+			return nil
+		}))
+	}, everyMechanism(), WithDefault("replication"))
+	ctx := context.Background()
+	rng := newRand(t)
+	old := randBytes(rng, 4096)
+	r.mustStore("k", old)
+	armed.Store(true)
+	if err := r.a.Store(ctx, []byte("k"), randBytes(rng, 64<<10), Using("splitting")); err == nil {
+		t.Fatal("a store cut after its first shard was acknowledged")
+	}
+	armed.Store(false)
+	r.reopen() // the restart after the crash
+	r.mustRead("k", old)
+	p := r.a.primary([]byte("k"), 0)
+	r.replace(p)
+	r.mustRead("k", old)
+	if _, err := r.a.Rebuild(ctx, p); err != nil {
+		t.Fatalf("rebuild: %v", err)
+	}
+	r.mustRead("k", old)
+}
