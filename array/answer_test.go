@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"slices"
 	"testing"
@@ -53,47 +52,28 @@ func startAnswerLostProcess(t *testing.T, cc crashConfig, mems []*mem.Device, at
 }
 
 // everyAnswerLost loses the answer of every device operation of every
-// workload operation in turn, each from a copy of the devices taken
-// before its workload operation (as everyOpFromSnapshots crashes).
+// workload operation in turn (everyPoint).
 func (p *crashPlan) everyAnswerLost(t *testing.T) (points int, fails []crashFailure) {
-	mems := newCrashMems()
-	live := startCrashProcess(t, p.cc, mems, true, -1)
-	out := outcomes{}
-	onlyOp, onlyAt, narrowed := crashPoint(t)
-	for j, o := range p.ops {
-		if narrowed && j != onlyOp {
-			p.runUntilCrash(live, j, j+1, out, -1)
-			continue
-		}
-		count := startCrashProcess(t, p.cc, cloneMems(t, mems), false, -1)
-		p.runUntilCrash(count, j, j+1, maps.Clone(out), -1)
-		for at := int64(0); at < count.crash.Count(); at++ {
-			if narrowed && at != onlyAt {
-				continue
+	return p.everyPoint(t, func(j int, at int64, snap []*mem.Device, out outcomes) []crashFailure {
+		o := p.ops[j]
+		err := startAnswerLostProcess(t, p.cc, snap, at).apply(o)
+		var fails []crashFailure
+		c := crashed{at: at, inFlight: j, out: out}
+		switch {
+		case o.settle:
+			c.settled = true
+		case err == nil:
+			c.settled = true
+			c.out.record(o.key, o.value, nil)
+		default:
+			if !p.mayFail(out, o, err) {
+				fails = append(fails, crashFailure{at: at, op: j, class: "failed within tolerance", phase: "write",
+					key: o.key, detail: err.Error()})
 			}
-			snap := cloneMems(t, mems)
-			proc := startAnswerLostProcess(t, p.cc, snap, at)
-			err := proc.apply(o)
-			c := crashed{at: at, inFlight: j, out: maps.Clone(out)}
-			switch {
-			case o.settle:
-				c.settled = true
-			case err == nil:
-				c.settled = true
-				c.out.record(o.key, o.value, nil)
-			default:
-				if !p.mayFail(out, o, err) {
-					fails = append(fails, crashFailure{at: at, op: j, class: "failed within tolerance", phase: "write",
-						key: o.key, detail: err.Error()})
-				}
-				c.out.record(o.key, o.value, errInFlight)
-			}
-			fails = append(fails, p.check(t, snap, c)...)
-			points++
+			c.out.record(o.key, o.value, errInFlight)
 		}
-		p.runUntilCrash(live, j, j+1, out, -1)
-	}
-	return points, fails
+		return append(fails, p.check(t, snap, c)...)
+	})
 }
 
 // mayFail reports whether workload operation o may fail with err on an

@@ -524,13 +524,23 @@ func (p *crashPlan) check(t *testing.T, mems []*mem.Device, c crashed) []crashFa
 }
 
 // everyOpFromSnapshots crashes at every device operation of every
-// workload operation. The devices are copied before each workload
-// operation; each crash point starts a process over a copy, runs that one
-// operation into the crash and checks the restart. A process that starts
-// from the copy holds what the devices hold (its in-memory state is
-// caches rebuilt at open), so this covers every crash point of the
-// workload in time linear in its length.
+// workload operation (everyPoint): each crash point starts a process over
+// a copy of the devices, runs its workload operation into the crash and
+// checks the restart. A process that starts from the copy holds what the
+// devices hold (its in-memory state is caches rebuilt at open), so this
+// covers every crash point of the workload in time linear in its length.
 func (p *crashPlan) everyOpFromSnapshots(t *testing.T) (points int, fails []crashFailure) {
+	return p.everyPoint(t, func(j int, at int64, snap []*mem.Device, out outcomes) []crashFailure {
+		proc := startCrashProcess(t, p.cc, snap, false, at)
+		return p.check(t, snap, p.runUntilCrash(proc, j, j+1, out, at))
+	})
+}
+
+// everyPoint calls fault for every device operation at of every workload
+// operation j in turn, with a copy of the devices taken before j and the
+// keys' outcomes then (its own copy), and collects the violations it
+// returns. KVARRAY_CRASH_POINT narrows it to one point.
+func (p *crashPlan) everyPoint(t *testing.T, fault func(j int, at int64, snap []*mem.Device, out outcomes) []crashFailure) (points int, fails []crashFailure) {
 	mems := newCrashMems()
 	live := startCrashProcess(t, p.cc, mems, true, -1)
 	out := outcomes{}
@@ -546,10 +556,7 @@ func (p *crashPlan) everyOpFromSnapshots(t *testing.T) (points int, fails []cras
 			if narrowed && at != onlyAt {
 				continue
 			}
-			snap := cloneMems(t, mems)
-			proc := startCrashProcess(t, p.cc, snap, false, at)
-			c := p.runUntilCrash(proc, j, j+1, maps.Clone(out), at)
-			fails = append(fails, p.check(t, snap, c)...)
+			fails = append(fails, fault(j, at, cloneMems(t, mems), maps.Clone(out))...)
 			points++
 		}
 		p.runUntilCrash(live, j, j+1, out, -1)
