@@ -163,7 +163,12 @@ func (a *Array) retrieveSplit(ctx context.Context, m mechanism.Mechanism, k mech
 // when it reads well, else from the newest good piece on the devices that
 // can hold pieces under the data key.
 func (a *Array) locate(ctx context.Context, k mechanism.Key) (*located, error) {
-	have := a.env.Read(ctx, k.Data(), []int{k.Primary})
+	return a.locateFrom(ctx, k, a.env.Read(ctx, k.Data(), []int{k.Primary}))
+}
+
+// locateFrom is locate with the primary's piece already read: have holds
+// just that piece.
+func (a *Array) locateFrom(ctx context.Context, k mechanism.Key, have []mechanism.Piece) (*located, error) {
 	p := &have[0]
 	// A piece of another version on the primary of a later split (a
 	// store that failed after partly landing) says nothing of where the

@@ -149,13 +149,20 @@ func (a *Array) retrieveRanges(ctx context.Context, key []byte, rs []Range) ([][
 	}
 	// A header read alone sizes the buffers before anything verifies it:
 	// only for small ranges.
-	if l := a.peekIf(ctx, key, want <= peekMax); l != nil {
+	l, primary := a.peekIf(ctx, key, want <= peekMax)
+	if l != nil {
 		// Any failure: the value is located as any read locates it.
 		if out, total, err := a.rangesOf(ctx, key, rs, l); err == nil {
 			return out, total, nil
 		}
+		primary = nil
 	}
-	l, err := a.locate(ctx, a.key(key, 0))
+	var err error
+	if primary != nil {
+		l, err = a.locateFrom(ctx, a.key(key, 0), primary)
+	} else {
+		l, err = a.locate(ctx, a.key(key, 0))
+	}
 	a.noted(key, l, err)
 	if err != nil {
 		return nil, 0, err
@@ -198,35 +205,45 @@ const peekMax = 1 << 20
 // clock, no metadata cache): it is not verified yet. A key that the
 // metadata cache knows has no value, or a value of a mechanism that does
 // not verify headers, is not peeked at: locate reads it at once.
-func (a *Array) peekIf(ctx context.Context, key []byte, ok bool) *located {
+//
+// primary, when not nil, is the primary's answer as a whole read's
+// (mechanism.Env.Piece): a device that cannot read part of a value (a
+// Pebble device) returned it whole, or the read failed (a key not
+// stored). locateFrom takes it instead of reading the primary again,
+// which would double the reads of a key the metadata cache does not know
+// (every SET of a new key reads its old state first).
+func (a *Array) peekIf(ctx context.Context, key []byte, ok bool) (l *located, primary []mechanism.Piece) {
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	if e, ok := a.meta.get(key); ok {
 		if _, hv := e.m.(headerVerifier); !hv {
-			return nil
+			return nil, nil
 		}
 	}
 	k0 := a.key(key, 0)
 	parts := []mechanism.Part{{Dev: k0.Primary, Key: k0.Data(), Len: format.HeaderLen + 16}}
 	a.env.ReadParts(ctx, parts)
+	if p, whole := a.env.Piece(&parts[0]); whole {
+		primary = []mechanism.Piece{p}
+	}
 	if parts[0].Err != nil {
-		return nil
+		return nil, primary
 	}
 	h, fl, err := format.PeekHeader(parts[0].Result)
 	if err != nil {
-		return nil
+		return nil, primary
 	}
 	m, ok := a.byRM[h.RM]
 	if hv, is := m.(headerVerifier); !ok || !is || !hv.VerifiesHeader(&h, fl) {
-		return nil
+		return nil, primary
 	}
 	// The fields read, at their full length (the rest is the mechanism's
 	// to read if it needs it).
 	f := make([]byte, fl)
 	copy(f, h.Fields)
 	h.Fields = f
-	return &located{m: m, hdr: h}
+	return &located{m: m, hdr: h}, nil
 }
 
 // rangesOf reads the ranges of key's value, whose split 0 l located.

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/device/faultdev"
 	"github.com/kvarray/kvarray/device/mem"
+	"github.com/kvarray/kvarray/device/pebble"
 	"github.com/kvarray/kvarray/format"
 	"github.com/kvarray/kvarray/mechanism"
 	"github.com/kvarray/kvarray/mechanism/splitting"
@@ -472,5 +474,71 @@ func TestRangeReadDamagedHeader(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRangeReadOfUnknownKeyReadsPrimaryOnce: a range read of a key the
+// metadata cache does not know (a SET's read of the old state, after a
+// restart or for a new key) asks the primary once on a device that
+// cannot read part of a value (Pebble returns the whole value to the
+// header peek, which then serves as the read) and once on any device when
+// the key is absent.
+func TestRangeReadOfUnknownKeyReadsPrimaryOnce(t *testing.T) {
+	dir := t.TempDir()
+	var reads atomic.Int64
+	count := faultdev.InjectorFunc(func(op faultdev.Op) error {
+		if op.Kind == device.OpRetrieve {
+			reads.Add(1)
+		}
+		return nil
+	})
+	open := func(create bool) *Array {
+		devs := make([]device.Device, 6)
+		for i := range devs {
+			d, err := pebble.Open(filepath.Join(dir, fmt.Sprint(i)), pebble.WithCreate(true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			devs[i] = faultdev.Wrap(d, count)
+		}
+		op := Open
+		if create {
+			op = Create
+		}
+		a, err := op(ctx, devs, allMechanisms(), WithDefault("replication"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a := open(true)
+	value := bytes.Repeat([]byte("v"), 4096)
+	for i := range 20 {
+		reads.Store(0)
+		key := fmt.Appendf(nil, "key-%d", i)
+		if _, _, err := a.RetrieveRanges(ctx, key, Range{Len: 16}); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("range read of an absent key: %v", err)
+		}
+		if n := reads.Load(); n != 1 {
+			t.Fatalf("range read of an absent key: %d device reads, want 1", n)
+		}
+		if err := a.Store(ctx, key, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a = open(false) // an empty metadata cache
+	defer a.Close()
+	for i := range 20 {
+		reads.Store(0)
+		got, total, err := a.RetrieveRanges(ctx, fmt.Appendf(nil, "key-%d", i), Range{Len: 16})
+		if err != nil || total != int64(len(value)) || !bytes.Equal(got[0], value[:16]) {
+			t.Fatalf("range read after a restart: %q, %d, %v", got, total, err)
+		}
+		if n := reads.Load(); n != 1 {
+			t.Fatalf("range read of a stored key after a restart: %d device reads, want 1", n)
+		}
 	}
 }

@@ -449,6 +449,18 @@ func (e *Env) decode(op *Op) Piece {
 	return p
 }
 
+// Piece returns part's answer as the Piece a Read of part.Key from
+// part.Dev would have returned, when ReadParts got one: the whole value
+// (Part.Whole) or an error. ok is false for a partial read.
+func (e *Env) Piece(part *Part) (p Piece, ok bool) {
+	if part.Err == nil && part.Whole == nil {
+		return Piece{}, false
+	}
+	op := Op{Dev: part.Dev, Op: device.Op{Kind: device.OpRetrieve, Key: part.Key, Result: part.Whole}}
+	op.Err = part.Err
+	return e.decode(&op), true
+}
+
 // Write stores values[i] under key on devs[i]. It fails only when more
 // than maxFailed of the writes fail: the devices that missed a write are
 // recorded for resync (see Do), so a degraded write is safe to
@@ -622,7 +634,11 @@ type Part struct {
 	Key      []byte
 	Off, Len int
 	Result   []byte // fewer than Len bytes where the value ends
-	Err      error
+	// Whole is the whole value when the device could not read part of it
+	// (Result is then a slice of it), so that a caller may use it as a
+	// Read's answer (Env.Piece) rather than read it again.
+	Whole []byte
+	Err   error
 }
 
 // ReadParts reads each part, as Read reads whole values (concurrently
@@ -638,8 +654,9 @@ func (e *Env) ReadParts(ctx context.Context, parts []Part) {
 	e.Do(ctx, ops)
 	for i := range ops {
 		p, op := &parts[i], &ops[i]
-		p.Result, p.Err = op.Result, op.Err
+		p.Result, p.Whole, p.Err = op.Result, nil, op.Err
 		if p.Err == nil && !op.Partial {
+			p.Whole = op.Result
 			lo := min(max(p.Off, 0), len(p.Result))
 			p.Result = p.Result[lo : lo+min(p.Len, len(p.Result)-lo)]
 		}
