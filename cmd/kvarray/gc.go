@@ -5,8 +5,9 @@ import (
 	"runtime/debug"
 )
 
-// serveGCPercent and serveMemoryLimit are the garbage collector's settings
-// for `kvarray serve` unless GOGC or GOMEMLIMIT set them.
+// gcPercent and the memory limits are the garbage collector's settings
+// for `kvarray serve` and for the commands that heal an array in process
+// (rebuild, resync, scrub), unless GOGC or GOMEMLIMIT set them.
 //
 // Reading an 8 MiB value allocates it several times over (each device's
 // pieces, the joined splits, the value), while the live heap is a few
@@ -18,18 +19,25 @@ import (
 // times rarer; the soft limit keeps that goal under the RSS the server is
 // meant to stay within (1 GB in docs/serving.md) when the live heap grows,
 // collecting more often instead.
+//
+// A rebuild streams every value of a device through the heap (a copy per
+// piece read, another per piece written) over a live heap of a few tens
+// of MB: the same goal took its CPU time 3.5 -> 3.1 s and its elapsed time
+// 2.1 -> 1.8 s (bench/rebuildserve.sh, 99,899 pieces of 4 KiB), peak RSS
+// 144 -> 248 MiB; its soft limit keeps it under issue 10's 500 MB.
 const (
-	serveGCPercent   = 400
+	gcPercent        = 400
 	serveMemoryLimit = 768 << 20
+	healMemoryLimit  = 384 << 20
 )
 
-// tuneGC applies serve's garbage collector settings, leaving those that
-// the environment sets.
-func tuneGC() {
+// tuneGC applies gcPercent and the soft memory limit, leaving what the
+// environment sets.
+func tuneGC(memoryLimit int64) {
 	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(serveGCPercent)
+		debug.SetGCPercent(gcPercent)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(serveMemoryLimit)
+		debug.SetMemoryLimit(memoryLimit)
 	}
 }

@@ -473,6 +473,7 @@ func (c *cli) heal(what string, dev, workers int, asJSON bool, run func(*array.A
 		}
 		return c.reportHeal(what, dev, asJSON, rep, nil, false, state)
 	}
+	tuneGC(healMemoryLimit)
 	return c.withArray(func(a *array.Array) error {
 		if dev >= a.N() {
 			return fmt.Errorf("%s: device %d: the array has devices 0..%d", what, dev, a.N()-1)
@@ -587,6 +588,7 @@ func (c *cli) scrub(repair bool, workers int, asJSON bool) error {
 		}
 		return c.reportScrub(rep, nil, false, repair, asJSON, skipped)
 	}
+	tuneGC(healMemoryLimit)
 	return c.withArray(func(a *array.Array) error {
 		bar := c.newProgress("scrub", false)
 		rep, err := a.Scrub(c.ctx, repair, append(bar.options(), array.WithWorkers(workers))...)

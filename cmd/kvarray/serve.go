@@ -91,7 +91,7 @@ func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
 		return err
 	}
 	sc := cfg.Serve
-	tuneGC()
+	tuneGC(serveMemoryLimit)
 	if o.metricsListen == "" {
 		o.metricsListen = sc.MetricsListen
 	}
