@@ -44,19 +44,31 @@ type committer struct {
 // much CPU (the kernel's writeback and the virtual disk's
 // notifications). So when the load is concurrent (the group just
 // committed had lingerAt writers or more, or as many already wait for the
-// next), the committer waits linger before sealing the next group, so
-// that more join it. A lone writer (and the first write after an idle
-// spell) never waits. Measured on the 2-core VM with redis-benchmark SET
-// 4 KiB against `kvarray serve` (fsyncs counted with perf): fsyncs per
-// SET at -c 16 1.5 -> 0.64, CPU per SET 0.52 -> 0.44 ms, SET/s +14%; at
-// -c 50 -P 16 0.42 -> 0.18 fsyncs, 0.35 -> 0.28 ms, SET/s +50%; at -c 1
-// and -c 4 no difference beyond the noise. Lingering only until as many
-// writers as the last group had have joined was tried and measured worse
-// on a quiet host (SET 4 KiB -c 16: CPU per SET 0.39 -> 0.50 ms, and no
-// more SET/s): smaller groups, more fsyncs.
+// next), the committer waits before sealing the next group, so that more
+// join it: lingerPerWriter for each writer of the larger of those two
+// groups, at most lingerMax. A lone writer (and the first write after an
+// idle spell) never waits.
+//
+// The wait grows with the load because its gain does: a few writers gain
+// little from sharing an fsync and lose most to waiting, many gain the
+// most. Measured on the 2-core VM with redis-benchmark SET 4 KiB against
+// `kvarray serve`, alternating, two rounds each, SET/s (CPU per SET):
+//
+//	                   -c 4          -c 16         -c 50 -P 16
+//	2 ms always        1,617 (514µs) 4,594 (215µs) 7,938 (179µs)
+//	200 µs per writer  2,404 (447µs) 4,874 (250µs) 8,008 (180µs)
+//
+// Before the linger (fsyncs counted with perf): fsyncs per SET at -c 16
+// 1.5 -> 0.64 with 2 ms, CPU per SET 0.52 -> 0.44 ms; at -c 50 -P 16 0.42
+// -> 0.18 fsyncs, 0.35 -> 0.28 ms, SET/s +50%. Waiting on a grid common
+// to all devices (so that the pieces of one store commit together) was
+// tried and measured worse: more fsyncs, no more SET/s; so was lingering
+// only until as many writers as the last group had have joined (smaller
+// groups, more fsyncs).
 const (
-	lingerAt = 2
-	linger   = 2 * time.Millisecond
+	lingerAt        = 2
+	lingerPerWriter = 200 * time.Microsecond
+	lingerMax       = 2 * time.Millisecond
 )
 
 // group is one commit's writes and, once done is closed, its outcome.
@@ -145,10 +157,10 @@ func (d *Device) commitLoop() {
 		g.b.Close()
 		close(g.done)
 		q.mu.Lock()
-		concurrent := size >= lingerAt || q.joined >= lingerAt
+		writers := max(size, q.joined)
 		q.mu.Unlock()
-		if concurrent {
-			time.Sleep(linger)
+		if writers >= lingerAt {
+			time.Sleep(min(lingerMax, time.Duration(writers)*lingerPerWriter))
 		}
 	}
 }
