@@ -240,3 +240,43 @@ func TestCutWriteDoesNotHideOldValue(t *testing.T) {
 	}
 	r.mustRead("k", old)
 }
+
+// TestHugeStoreOverUnknownValueKeepsIt: a huge value stored over one the
+// array cannot see, because its split 0's primary is down and nothing
+// else holds split 0 (a Hashing value, after a restart: the metadata
+// cache is empty), writes its splits 1.. first, into the bank its version
+// selects, which may be the unseen value's. Its split 0 then cannot be
+// written (Hashing, its device down), so the store fails: it must fail
+// before writing anything, not after overwriting the old value's splits.
+//
+// Invariant: the old, acknowledged value reads back whole once the device
+// is back, for every key (eight keys: a shared bank is a coin's toss).
+func TestHugeStoreOverUnknownValueKeepsIt(t *testing.T) {
+	r := newRigLimits(t, 6, rangeLimits, allMechanisms(), WithDefault("replication"))
+	old := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i)}, 20<<10) }
+	key := func(i int) []byte { return []byte{'k', 'e', 'y', '-', byte('0' + i)} }
+	const keys = 8
+	for i := range keys {
+		if err := r.a.Store(ctx, key(i), old(i), Using("hashing")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range keys {
+		r.reopen() // forget the values: an empty metadata cache
+		p := r.a.primary(key(i), 0)
+		r.mems[p].Fail()
+		if err := r.a.Store(ctx, key(i), bytes.Repeat([]byte("new"), 7<<10), Using("hashing")); err == nil {
+			t.Fatalf("key %d: a Hashing store with its split 0's device %d down succeeded", i, p)
+		}
+		r.mems[p].Recover()
+		for d, err := range r.heal() {
+			if err != nil {
+				t.Fatalf("heal device %d: %v", d, err)
+			}
+		}
+		got, err := r.a.Retrieve(ctx, key(i))
+		if err != nil || !bytes.Equal(got, old(i)) {
+			t.Fatalf("key %d after the failed store: %d bytes, %v; want its old value", i, len(got), err)
+		}
+	}
+}

@@ -568,7 +568,17 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 	}
 	if a.banked && n > 1 {
 		// Split 0 last: it is what makes the new value the current one.
-		if err = a.forSplits(ctx, n-1, func(i int) error { return storeSplit(i + 1) }); err == nil {
+		// Whether it can be written is known before any split is: if
+		// not, the splits written first are lost with it, and where
+		// the previous value is unknown (prev nil: its primary cannot
+		// answer, as when that is split 0's failed device) they may
+		// share its bank and overwrite its splits, losing both values.
+		k0 := a.splitKey(key, 0, obj.Version)
+		err = a.env.Reachable(a.env.Span(k0, 0, min(m.Width(), a.env.N())), m.Tolerates())
+		if err == nil {
+			err = a.forSplits(ctx, n-1, func(i int) error { return storeSplit(i + 1) })
+		}
+		if err == nil {
 			err = storeSplit(0)
 		}
 	} else {
