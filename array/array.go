@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvarray/kvarray/device"
@@ -152,10 +153,13 @@ func WithParallelism(n int) Option { return func(o *options) { o.parallelism = n
 
 // Array is the virtual device. It is safe for concurrent use.
 type Array struct {
-	env      *mechanism.Env
-	hdr      header
-	hdrMu    sync.Mutex
-	banked   bool // see flagBanked; fixed at open
+	env    *mechanism.Env
+	hdr    header
+	hdrMu  sync.Mutex
+	banked bool // see flagBanked; fixed at open
+	// unclean: the array opened with flagOpen set, and no scrub --repair
+	// has completed since (see Unclean).
+	unclean  atomic.Bool
 	o        options
 	mechs    []mechanism.Mechanism
 	byRM     map[format.RM]mechanism.Mechanism
@@ -285,7 +289,7 @@ func Create(ctx context.Context, devs []device.Device, opts ...Option) (*Array, 
 	if err != nil {
 		return nil, fmt.Errorf("array: create: %w", err)
 	}
-	a.hdr = header{id: newID(), n: len(devs), flags: flagBanked, epoch: 1, vec: make([]uint64, len(devs)), weights: weights,
+	a.hdr = header{id: newID(), n: len(devs), flags: flagBanked | flagOpen, epoch: 1, vec: make([]uint64, len(devs)), weights: weights,
 		clock: a.env.Clock().Lease(leaseSpan)}
 	if err := a.setPlacement(); err != nil {
 		return nil, fmt.Errorf("array: create: %w", err)
@@ -338,6 +342,8 @@ func Open(ctx context.Context, devs []device.Device, opts ...Option) (*Array, er
 		return nil, fmt.Errorf("array: open: %w", err)
 	}
 	a.banked = h.flags&flagBanked != 0
+	a.unclean.Store(h.flags&flagOpen != 0)
+	a.hdr.flags |= flagOpen // written by advanceEpoch below
 	for i, r := range reasons {
 		if r != nil {
 			a.env.SetState(i, mechanism.Failed)
@@ -416,6 +422,11 @@ func (a *Array) Close() error {
 	a.closeListings()
 	// A copy of a device taken while the array ran is older than this.
 	// Nothing issues versions any more: the lease comes down to the last.
+	a.hdrMu.Lock()
+	if !a.unclean.Load() {
+		a.hdr.flags &^= flagOpen
+	}
+	a.hdrMu.Unlock()
 	a.advanceEpoch(context.Background(), a.env.Clock().Last()+1)
 	var errs []error
 	for i := range a.env.N() {
@@ -425,6 +436,15 @@ func (a *Array) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Unclean reports whether the process that had the array open before
+// this one did not close it (it crashed, or was killed), and no scrub
+// --repair has completed since. The writes that process had in flight,
+// never acknowledged, may have landed on too few devices to survive the
+// loss of one (the write hole, docs/ARCHITECTURE.md "Known limits"); a
+// Scrub with repair settles them and clears this. Until then every open
+// reports it again, whatever closed cleanly in between.
+func (a *Array) Unclean() bool { return a.unclean.Load() }
 
 // halt stops the array's background work and waits for the operations in
 // flight, leaving the devices open.

@@ -22,7 +22,7 @@ import (
 //	0   16   array id (random at creation)
 //	16  2    device count N
 //	18  2    this device's position
-//	20  1    flags (flagMixed, flagRebuilding, flagBanked)
+//	20  1    flags (flagMixed, flagRebuilding, flagBanked, ...)
 //	21  8    epoch: the array's epoch when this header was written
 //	29  8·N  per device, the newest epoch this device knows that device's
 //	         own header to hold
@@ -91,6 +91,14 @@ const (
 	// before tiny values reads such a header as corrupt (its length does
 	// not match), so it refuses the array rather than miss its values.
 	flagTiny = 1 << 5
+	// flagOpen: a process has the array open. Open sets it and Close
+	// clears it, unless the array opened with it set and no scrub
+	// --repair has completed since: then the process before did not
+	// close it, and the writes it had in flight may have landed on too
+	// few devices (the write hole, docs/ARCHITECTURE.md "Known limits")
+	// until a scrub settles them (Array.Unclean). Code from before it
+	// carries the bit along unread.
+	flagOpen = 1 << 6
 )
 
 // leaseSpan is how far ahead of the clock a lease is written; it is
@@ -315,7 +323,12 @@ func verifyHeaders(ctx context.Context, env *mechanism.Env) (header, []error, er
 			bad = append(bad, fmt.Errorf("device %d (%s) records tiny values up to %d bytes in %d buckets, device %d up to %d in %d",
 				i, env.Name(i), hs[i].tinyMax, hs[i].tinyBuckets, ref, arr.tinyMax, arr.tinyBuckets))
 		default:
-			arr.flags |= hs[i].flags &^ flagRebuilding
+			arr.flags |= hs[i].flags &^ (flagRebuilding | flagOpen)
+			if hs[i].epoch == arr.epoch {
+				// What the last open or close wrote: a device that
+				// was down then keeps an older open's flag.
+				arr.flags |= hs[i].flags & flagOpen
+			}
 			if hs[i].flags&flagRebuilding != 0 {
 				env.SetState(i, mechanism.Rebuilding)
 			}

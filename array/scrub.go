@@ -132,6 +132,11 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 		}
 	}
 	rep.Keys, rep.Orphans, rep.Elapsed = done.Load(), orphans.Load(), time.Since(start)
+	if repair && ctx.Err() == nil {
+		// Every key was checked and repaired where it could be: the
+		// writes an unclean shutdown cut short are settled (Unclean).
+		a.unclean.Store(false)
+	}
 	for _, m := range a.mechs {
 		rep.Mechanisms = append(rep.Mechanisms, *per[m.Name()])
 	}

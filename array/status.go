@@ -56,6 +56,9 @@ type Status struct {
 	Deep bool `json:"deep"`
 	// Weights are the devices' placement weights (absent: unweighted).
 	Weights []uint64 `json:"placement_weights,omitempty"`
+	// Unclean: the process before did not close the array, and no scrub
+	// --repair has run since (Array.Unclean).
+	Unclean bool `json:"unclean_shutdown"`
 }
 
 // StatusOption modifies Status.
@@ -81,7 +84,7 @@ func (a *Array) Status(ctx context.Context, opts ...StatusOption) (Status, error
 		return Status{}, err
 	}
 	defer a.end()
-	st := Status{ID: a.hdr.id.String(), Mode: a.o.mode.String(), Default: a.def.Name(), Weights: a.Weights()}
+	st := Status{ID: a.hdr.id.String(), Mode: a.o.mode.String(), Default: a.def.Name(), Weights: a.Weights(), Unclean: a.Unclean()}
 	for i := range a.env.N() {
 		d, gen := a.env.DeviceGen(i)
 		ds := DeviceStatus{Index: i, Name: a.env.Name(i), State: a.env.State(i).String(), ResyncKeys: a.env.MissedCount(i)}

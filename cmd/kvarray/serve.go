@@ -220,6 +220,10 @@ func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
 	}
 	fmt.Fprintf(c.stdout, "connect with: %s\n", hint)
 	log.Info("serving", "array", a.ID().String(), "listen", l.Addr().String(), "devices", a.N())
+	if a.Unclean() {
+		fmt.Fprintln(c.stdout, uncleanAdvice)
+		log.Warn("unclean shutdown: the array was not closed by the process before", "advice", "run kvarray scrub --repair")
+	}
 	watchDone := make(chan struct{})
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	go func() { defer close(watchDone); watchStates(watchCtx, a, log, time.Second) }()

@@ -138,6 +138,10 @@ func (c *cli) status(asJSON, redraw, deep bool) error {
 	return printStatus(c.stdout, st)
 }
 
+// uncleanAdvice is what serve and status say of an array that its last
+// process did not close (array.Array.Unclean).
+const uncleanAdvice = "unclean shutdown: writes in flight when the array was last stopped may lack redundancy until 'kvarray scrub --repair' settles them"
+
 func printStatus(out io.Writer, ss serverStatus) error {
 	st := ss.Status
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -154,6 +158,9 @@ func printStatus(out io.Writer, ss serverStatus) error {
 	}
 	if ss.LastScrub != nil {
 		fmt.Fprintf(w, "last scrub: %s\n", humanize.Time(*ss.LastScrub))
+	}
+	if st.Unclean {
+		fmt.Fprintln(w, uncleanAdvice)
 	}
 	fmt.Fprintln(w, "\nDEVICE\tNAME\tSTATE\tRESYNC\tKEYS\tUSED\tCAPACITY\tFREE\tREASON")
 	for _, d := range st.Devices {
