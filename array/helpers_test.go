@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/device/faultdev"
 	"github.com/kvarray/kvarray/device/mem"
+	"github.com/kvarray/kvarray/device/pebble"
 	"github.com/kvarray/kvarray/format"
 	"github.com/kvarray/kvarray/mechanism"
 	"github.com/kvarray/kvarray/mechanism/hashing"
@@ -249,4 +251,28 @@ func (r *rig) states() []string {
 		out = append(out, r.a.DeviceState(i).String())
 	}
 	return out
+}
+
+// openPebble opens (create: creates) a replication array over n Pebble
+// devices in dir/0, dir/1, ..., each wrapped by faultdev with the
+// injector inject returns for it; it returns the wrapped devices too.
+func openPebble(t *testing.T, dir string, n int, create bool, inject func(i int) faultdev.Injector) (*Array, []device.Device) {
+	t.Helper()
+	devs := make([]device.Device, n)
+	for i := range devs {
+		d, err := pebble.Open(filepath.Join(dir, fmt.Sprint(i)), pebble.WithCreate(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs[i] = faultdev.Wrap(d, inject(i))
+	}
+	op := Open
+	if create {
+		op = Create
+	}
+	a, err := op(ctx, devs, allMechanisms(), WithDefault("replication"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, devs
 }

@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/device/faultdev"
 	"github.com/kvarray/kvarray/device/mem"
-	"github.com/kvarray/kvarray/device/pebble"
 	"github.com/kvarray/kvarray/format"
 	"github.com/kvarray/kvarray/mechanism"
 	"github.com/kvarray/kvarray/mechanism/splitting"
@@ -493,22 +491,7 @@ func TestRangeReadOfUnknownKeyReadsPrimaryOnce(t *testing.T) {
 		return nil
 	})
 	open := func(create bool) *Array {
-		devs := make([]device.Device, 6)
-		for i := range devs {
-			d, err := pebble.Open(filepath.Join(dir, fmt.Sprint(i)), pebble.WithCreate(true))
-			if err != nil {
-				t.Fatal(err)
-			}
-			devs[i] = faultdev.Wrap(d, count)
-		}
-		op := Open
-		if create {
-			op = Create
-		}
-		a, err := op(ctx, devs, allMechanisms(), WithDefault("replication"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		a, _ := openPebble(t, dir, 6, create, func(int) faultdev.Injector { return count })
 		return a
 	}
 	a := open(true)

@@ -1,14 +1,11 @@
 package array
 
 import (
-	"fmt"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/device/faultdev"
-	"github.com/kvarray/kvarray/device/pebble"
 )
 
 // TestUncleanShutdown: an array that its process never closed (a crash:
@@ -23,28 +20,14 @@ func TestUncleanShutdown(t *testing.T) {
 	down.Store(-1)
 	open := func(create bool) (*Array, []device.Device) {
 		t.Helper()
-		devs := make([]device.Device, 4)
-		for i := range devs {
-			d, err := pebble.Open(filepath.Join(dir, fmt.Sprint(i)), pebble.WithCreate(true))
-			if err != nil {
-				t.Fatal(err)
-			}
-			devs[i] = faultdev.Wrap(d, faultdev.InjectorFunc(func(faultdev.Op) error {
+		return openPebble(t, dir, 4, create, func(i int) faultdev.Injector {
+			return faultdev.InjectorFunc(func(faultdev.Op) error {
 				if down.Load() == int64(i) {
 					return faultdev.ErrInjected
 				}
 				return nil
-			}))
-		}
-		op := Open
-		if create {
-			op = Create
-		}
-		a, err := op(ctx, devs, allMechanisms(), WithDefault("replication"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a, devs
+			})
+		})
 	}
 	expect := func(a *Array, want bool, when string) {
 		t.Helper()
