@@ -218,12 +218,13 @@ func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
 	if srv.RequiresPassword() {
 		hint += " -a PASSWORD"
 	}
-	fmt.Fprintf(c.stdout, "connect with: %s\n", hint)
-	log.Info("serving", "array", a.ID().String(), "listen", l.Addr().String(), "devices", a.N())
 	if a.Unclean() {
 		fmt.Fprintln(c.stdout, uncleanAdvice)
 		log.Warn("unclean shutdown: the array was not closed by the process before", "advice", "run kvarray scrub --repair")
 	}
+	// The banner's last line: tests wait for it.
+	fmt.Fprintf(c.stdout, "connect with: %s\n", hint)
+	log.Info("serving", "array", a.ID().String(), "listen", l.Addr().String(), "devices", a.N())
 	watchDone := make(chan struct{})
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	go func() { defer close(watchDone); watchStates(watchCtx, a, log, time.Second) }()

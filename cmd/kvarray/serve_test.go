@@ -41,7 +41,9 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-var listening = regexp.MustCompile(`listening on (\S+)\n`)
+// listening finds the address in serve's banner, once its last line
+// (connect with) is printed.
+var listening = regexp.MustCompile(`(?s)listening on (\S+)\n.*connect with: [^\n]*\n`)
 
 // serving is `kvarray serve` running in-process.
 type serving struct {
@@ -52,7 +54,7 @@ type serving struct {
 }
 
 // serve runs `kvarray serve --listen 127.0.0.1:0 [args]` in-process and
-// waits until it listens.
+// waits until it listens and has printed its banner.
 func serve(t testing.TB, args ...string) *serving {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,8 +16,9 @@ import (
 )
 
 // startServeProcess runs `kvarray --config cfg serve` as a process of its
-// own (TestServeHelperProcess) and returns it and its address.
-func startServeProcess(t *testing.T, cfg string) (*exec.Cmd, string) {
+// own (TestServeHelperProcess) and returns it, its address and its
+// standard output.
+func startServeProcess(t *testing.T, cfg string) (*exec.Cmd, string, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestServeHelperProcess$")
 	cmd.Env = append(os.Environ(), "KVARRAY_SERVE_HELPER=--config "+cfg+" serve --listen 127.0.0.1:0")
@@ -28,7 +30,7 @@ func startServeProcess(t *testing.T, cfg string) (*exec.Cmd, string) {
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
 		if m := listening.FindStringSubmatch(out.String()); m != nil {
-			return cmd, m[1]
+			return cmd, m[1], out
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no listening line: %s%s", out, errOut)
@@ -46,7 +48,7 @@ func TestTxKill9(t *testing.T) {
 	cfg := filepath.Join(dir, "kvarray.yaml")
 	ctx := context.Background()
 	for round := range 3 {
-		cmd, addr := startServeProcess(t, cfg)
+		cmd, addr, _ := startServeProcess(t, cfg)
 		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 		n0, _ := rdb.Get(ctx, "n").Int()
 		acked := make(chan int, 1)
@@ -75,7 +77,7 @@ func TestTxKill9(t *testing.T) {
 		last := <-acked
 		rdb.Close()
 
-		check, addr := startServeProcess(t, cfg)
+		check, addr, _ := startServeProcess(t, cfg)
 		rdb = redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 		vals, err := rdb.MGet(ctx, "n", "a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9").Result()
 		rdb.Close()
@@ -95,5 +97,55 @@ func TestTxKill9(t *testing.T) {
 		// The next round opens the devices again.
 		check.Process.Signal(syscall.SIGTERM)
 		check.Wait()
+	}
+}
+
+// TestUncleanShutdownSaid: after `kvarray serve` is killed with SIGKILL,
+// the next serve and `kvarray status` say that a scrub is due; after
+// `kvarray scrub --repair` status no longer does, and after a graceful
+// stop the next serve does not either.
+func TestUncleanShutdownSaid(t *testing.T) {
+	dir := fresh(t, 4)
+	cfg := filepath.Join(dir, "kvarray.yaml")
+	ctx := context.Background()
+	said := func(out string) bool { return strings.Contains(out, uncleanAdvice) }
+	cmd, addr, out := startServeProcess(t, cfg)
+	if said(out.String()) {
+		t.Fatalf("serve of a new array: %s", out)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	if err := rdb.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.Close()
+	cmd.Process.Kill()
+	cmd.Wait()
+
+	cmd, _, out = startServeProcess(t, cfg)
+	if !said(out.String()) {
+		t.Fatalf("serve after SIGKILL does not say a scrub is due: %s", out)
+	}
+	if st := ok(t, nil, "--config", cfg, "status"); !said(st) {
+		t.Fatalf("status after SIGKILL: %s", st)
+	}
+	ok(t, nil, "--config", cfg, "scrub", "--repair")
+	if st := ok(t, nil, "--config", cfg, "status"); said(st) {
+		t.Fatalf("status after scrub --repair: %s", st)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("serve stopped by SIGTERM: %v", err)
+	}
+
+	_, addr, out = startServeProcess(t, cfg)
+	if said(out.String()) {
+		t.Fatalf("serve after a graceful stop: %s", out)
+	}
+	rdb = redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer rdb.Close()
+	if got, err := rdb.Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Fatalf("k: %q, %v", got, err)
 	}
 }
