@@ -202,7 +202,7 @@ func TestDefaultYAML(t *testing.T) {
 		"  - {rm: splitting}\n",
 		"replication: {copies: 3}\n",
 		"splitting: {k: 4, r: 2}\n",
-		"device: {min_key: 4, max_key: 255, max_value: 2MiB, capacity: 0}\n",
+		"device: {min_key: 4, max_key: 255, max_value: 2MiB, capacity: 0, cache: 8MiB}\n",
 		"max_value: 1GiB\n",
 	} {
 		if !strings.Contains(string(b), want) {

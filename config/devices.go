@@ -107,7 +107,7 @@ func openDevices(cfg *Config, create bool) ([]device.Device, []error) {
 		switch sp.kind {
 		case "pebble":
 			open := func() (*pebble.Device, error) {
-				return pebble.Open(sp.arg, pebble.WithCreate(create), pebble.WithLimits(limits), pebble.WithCapacity(capacity))
+				return pebble.Open(sp.arg, pebble.WithCreate(create), pebble.WithLimits(limits), pebble.WithCapacity(capacity), pebble.WithCacheSize(int64(c.Device.Cache)))
 			}
 			d, err := open()
 			// A holder that is exiting (a restart overlapping the old

@@ -150,6 +150,9 @@ func (c *Config) Validate() error {
 	if dc.Capacity < 0 {
 		p.add("device.capacity %d: must not be negative (0 is unlimited)", dc.Capacity)
 	}
+	if dc.Cache < 0 {
+		p.add("device.cache %d: must not be negative (0 is the default, %v)", dc.Cache, DefaultCache)
+	}
 	if pf := dc.Perf; pf != nil && (pf.Latency < 0 || pf.OpsPerSec < 0 || pf.BytesPerSec < 0) {
 		p.add("device.perf: fields must not be negative")
 	}

@@ -182,6 +182,45 @@ func TestInvalidOptions(t *testing.T) {
 	if _, err := Open(dir, WithCreate(true), WithLimits(device.Limits{MinKeyLen: 9, MaxKeyLen: 8})); err == nil {
 		t.Error("MinKeyLen > MaxKeyLen accepted")
 	}
+	if _, err := Open(dir, WithCreate(true), WithCacheSize(-1)); err == nil {
+		t.Error("negative cache size accepted")
+	}
+}
+
+// TestCacheSize: reads of tables fill the block cache. Pebble counts its
+// memtables against the cache, so the cache it gets is the block cache
+// plus a memtable's reserve: without that an 8 MiB cache under
+// 16 MiB memtables held nothing, and every read went to the files.
+func TestCacheSize(t *testing.T) {
+	ctx := t.Context()
+	d := mustOpen(t, t.TempDir(), WithCreate(true))
+	var keys [][]byte
+	for i := range 1000 { // 4 MiB that do not compress
+		k := []byte(fmt.Sprintf("key-%04d", i))
+		if err := d.Store(ctx, k, []byte(rand.Text()+strings.Repeat(rand.Text(), 155))); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	if err := d.db.Flush(); err != nil { // reads now go to the tables
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if _, err := d.Retrieve(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := d.db.Metrics().BlockCache.Size; got < 1<<20 {
+		t.Errorf("the block cache holds %d bytes after reading 4 MiB from tables, want more than 1 MiB", got)
+	}
+	small := mustOpen(t, t.TempDir(), WithCreate(true), WithCacheSize(1<<20))
+	reserve := int64(d.popts.MemTableSize)
+	if got := small.popts.CacheSize - reserve; got != 1<<20 {
+		t.Errorf("WithCacheSize(1 MiB): Pebble's cache has %d bytes beyond its memtables' reserve", got)
+	}
+	if got := d.popts.CacheSize - reserve; got != DefaultCacheSize {
+		t.Errorf("default: Pebble's cache has %d bytes beyond its memtables' reserve, want %d", got, DefaultCacheSize)
+	}
 }
 
 func TestSecondClose(t *testing.T) {
