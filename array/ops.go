@@ -1211,8 +1211,15 @@ func (a *Array) sweep(ctx context.Context, k mechanism.Key, from, bankFrom int) 
 		ops = ops[len(t.devs):]
 		// Devices that cannot say (stale, being rebuilt) get a blind
 		// delete but do not count, so that the caller's walk over splits
-		// ends.
-		if devs := append(found, blind...); len(devs) > 0 {
+		// ends. A dry run (scrub without repair) leaves them out: it
+		// counts the writes a repair would make, and a blind delete
+		// fixes nothing it can name (a scrub of an array with a device
+		// being rebuilt counted five such deletes a key).
+		devs := found
+		if !mechanism.DryRunning(ctx) {
+			devs = append(devs, blind...)
+		}
+		if len(devs) > 0 {
 			if err := a.env.Delete(ctx, t.key, devs, 0); err != nil {
 				errs = append(errs, err)
 			}
