@@ -2,26 +2,31 @@ package array
 
 import (
 	"context"
+	"iter"
 	"sync"
 	"time"
 )
 
-// runPool calls fn(i) for i in [0, n) from workers goroutines, in order of
-// i, and stops handing out work once ctx is done.
-func runPool(ctx context.Context, n, workers int, fn func(i int)) {
-	jobs := make(chan int)
+// runEach calls fn for each value seq yields, from workers goroutines, in
+// the order seq yields them, and stops handing out work (and iterating
+// seq) once ctx is done.
+func runEach[T any](ctx context.Context, seq iter.Seq[T], workers int, fn func(T)) {
+	jobs := make(chan T)
 	var wg sync.WaitGroup
 	for w := 0; w < max(1, workers); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range jobs {
-				fn(i)
+			for v := range jobs {
+				fn(v)
 			}
 		}()
 	}
-	for i := 0; i < n && ctx.Err() == nil; i++ {
-		jobs <- i
+	for v := range seq {
+		if ctx.Err() != nil {
+			break
+		}
+		jobs <- v
 	}
 	close(jobs)
 	wg.Wait()

@@ -1,16 +1,17 @@
 package array
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"slices"
-	"sort"
+	"iter"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/internal/merge"
 	"github.com/kvarray/kvarray/mechanism"
 )
 
@@ -58,40 +59,24 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 	}
 	rep := ScrubReport{Repair: repair}
 	start := time.Now()
-	// Every user key held anywhere, including orphans: a key whose primary
-	// does not know it is swept by Repair's not-found path.
-	var items []healItem
-	seen := map[string]bool{}
-	var own [][]byte
-	for d := 0; d < a.env.N(); d++ {
-		if a.env.State(d) == mechanism.Failed {
-			continue
-		}
-		err := a.env.Device(d).Iterate(ctx, nil, func(k []byte) error {
-			user, _, kind, err := format.ParseKey(k)
-			switch {
-			case err != nil || kind == format.KindArray:
-			case format.HoldsPiece(kind):
-				if !seen[string(user)] {
-					seen[string(user)] = true
-					items = append(items, healItem{user: slices.Clone(user), onlyFor: -1})
-				}
-			default:
-				if !seen["\x00"+string(k)] {
-					seen["\x00"+string(k)] = true
-					own = append(own, slices.Clone(k))
+	// The keys stream from the devices' scans (in order, never all in
+	// memory): first every user key held anywhere, orphans included (a
+	// key whose primary does not know it is swept by Repair's not-found
+	// path), then the mechanisms' own keys.
+	var scanErr error
+	var found atomic.Int64
+	items := func(yield func(healItem) bool) {
+		for _, pieces := range []bool{true, false} {
+			for it := range a.scrubKeys(ctx, pieces, &scanErr) {
+				found.Add(1)
+				if !yield(it) {
+					return
 				}
 			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, device.ErrDeviceFailed) {
-			return rep, err
 		}
 	}
-	sort.Slice(items, func(i, j int) bool { return slices.Compare(items[i].user, items[j].user) < 0 })
-	for _, k := range own {
-		items = append(items, healItem{internal: k, onlyFor: -1})
-	}
+	estimate := a.scrubEstimate(ctx)
+	total := func() int64 { return max(estimate, found.Load()) }
 
 	per := map[string]*ScrubCounts{}
 	for _, m := range a.mechs {
@@ -102,12 +87,12 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 	var tick func()
 	if o.progress != nil {
 		tick = func() {
-			o.progress(Progress{Dev: -1, Keys: done.Load(), Total: int64(len(items)), Elapsed: time.Since(start)})
+			o.progress(Progress{Dev: -1, Keys: done.Load(), Total: total(), Elapsed: time.Since(start)})
 		}
 	}
 	stopTick := every(o.every, tick)
-	runPool(ctx, len(items), o.workers, func(i int) {
-		name, bad, orphan, err := a.scrubOne(ctx, items[i], repair)
+	runEach(ctx, items, o.workers, func(it healItem) {
+		name, bad, orphan, err := a.scrubOne(ctx, it, repair)
 		done.Add(1)
 		orphans.Add(orphan)
 		mu.Lock()
@@ -124,6 +109,11 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 		}
 	})
 	stopTick()
+	if scanErr != nil {
+		// Not every key was seen: the array is not known to be settled.
+		rep.Keys, rep.Orphans, rep.Elapsed = done.Load(), orphans.Load(), time.Since(start)
+		return rep, scanErr
+	}
 	if repair && ctx.Err() == nil {
 		// Repairs move members out of sparse Packing sets with logged
 		// leaves: fold them, so that a repaired array is also settled.
@@ -141,9 +131,91 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 		rep.Mechanisms = append(rep.Mechanisms, *per[m.Name()])
 	}
 	if o.progress != nil {
-		o.progress(Progress{Dev: -1, Keys: rep.Keys, Total: int64(len(items)), Elapsed: rep.Elapsed, Completed: true})
+		o.progress(Progress{Dev: -1, Keys: rep.Keys, Total: rep.Keys, Elapsed: rep.Elapsed, Completed: true})
 	}
 	return rep, ctx.Err()
+}
+
+// scrubKeys yields, in internal key order and each once, the keys held on
+// the devices not failed: with pieces, one item per user key that has a
+// piece of any kind (a value's, a split's, a bank's, an orphan's);
+// without, one per mechanism's own key (Packing's parities and logs). A
+// device's scan error other than its failure is left in *errp once the
+// iteration ends. It holds a few keys at a time, whatever the number of
+// keys.
+func (a *Array) scrubKeys(ctx context.Context, pieces bool, errp *error) iter.Seq[healItem] {
+	want := func(k []byte) device.Want {
+		_, _, kind, err := format.ParseKey(k)
+		if err != nil || kind == format.KindArray || format.HoldsPiece(kind) != pieces {
+			return device.Skip
+		}
+		return device.KeyOnly
+	}
+	return func(yield func(healItem) bool) {
+		n := a.env.N()
+		errs := make([]error, n)
+		var srcs []iter.Seq[scanEntry]
+		for d := range n {
+			if a.env.State(d) != mechanism.Failed {
+				srcs = append(srcs, a.sortedScan(ctx, d, nil, nil, false, want, &errs[d]))
+			}
+		}
+		defer func() {
+			for _, err := range errs {
+				if err != nil && !errors.Is(err, device.ErrDeviceFailed) && *errp == nil {
+					*errp = err
+				}
+			}
+		}()
+		// The internal keys of one user key need not be adjacent (those
+		// of "a" enclose those of "a\x00\x00\x01", say): seen remembers
+		// the user keys listed until the scan is past the last internal
+		// key each can have.
+		seen := map[string]bool{}
+		for m := range merge.Sorted(srcs) {
+			if !pieces {
+				if !yield(healItem{internal: m.Key, onlyFor: -1}) {
+					return
+				}
+				continue
+			}
+			user, _, _, _ := format.ParseKey(m.Key)
+			if len(seen) >= 64 {
+				for u := range seen {
+					if bytes.Compare(format.Key([]byte(u), format.MaxSplits-1, 0xff), m.Key) < 0 {
+						delete(seen, u)
+					}
+				}
+			}
+			if seen[string(user)] {
+				continue
+			}
+			seen[string(user)] = true
+			if !yield(healItem{user: user, onlyFor: -1}) {
+				return
+			}
+		}
+	}
+}
+
+// scrubEstimate guesses how many keys a scrub will find, for its progress
+// until its scan ends: the keys on the devices, each counted on as many
+// devices as the configured mechanisms' mean width.
+func (a *Array) scrubEstimate(ctx context.Context) int64 {
+	var keys int64
+	for d := range a.env.N() {
+		if a.env.State(d) == mechanism.Failed {
+			continue
+		}
+		if info, err := a.env.Device(d).Info(ctx); err == nil {
+			keys += info.Keys
+		}
+	}
+	width := 0
+	for _, m := range a.mechs {
+		width += min(m.Width(), a.env.N())
+	}
+	return keys * int64(len(a.mechs)) / int64(max(1, width))
 }
 
 // scrubOne checks (and with repair, repairs) one item, returning its

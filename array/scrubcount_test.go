@@ -1,9 +1,12 @@
 package array
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/kvarray/kvarray/device"
 )
 
 // TestScrubCountsWhatRepairFixes: a scrub without repair reports the
@@ -45,5 +48,26 @@ func TestScrubCountsWhatRepairFixes(t *testing.T) {
 	}
 	if got := scrub(false); got != 0 {
 		t.Errorf("scrub after the repair: %d problems, want 0", got)
+	}
+}
+
+// TestScrubListsEachKeyOnce: the internal keys of one user key need not
+// be adjacent in the devices' order (a huge value's splits enclose the
+// keys that extend its user key with the bytes of split 0), and more of
+// them than the scan remembers at once come between: each user key is
+// still checked once.
+func TestScrubListsEachKeyOnce(t *testing.T) {
+	ctx := context.Background()
+	r := newRigLimits(t, 6, device.Limits{MaxValueLen: 300}, allMechanisms())
+	r.mustStore("k", bytes.Repeat([]byte("huge "), 400)) // splits 0..7
+	for i := range 100 {
+		r.mustStore(fmt.Sprintf("k\x00\x00x%03d", i), []byte("small"))
+	}
+	rep, err := r.a.Scrub(ctx, false)
+	if err != nil || len(rep.Errors) > 0 {
+		t.Fatalf("scrub: %v %v", err, rep.Errors)
+	}
+	if rep.Keys != 101 || rep.Problems() != 0 {
+		t.Errorf("scrub checked %d keys and found %d problems, want 101 and 0", rep.Keys, rep.Problems())
 	}
 }
