@@ -23,12 +23,15 @@ import (
 // A rebuild streams every value of a device through the heap (a copy per
 // piece read, another per piece written) over a live heap of a few tens
 // of MB: the same goal took its CPU time 3.5 -> 3.1 s and its elapsed time
-// 2.1 -> 1.8 s (bench/rebuildserve.sh, 99,899 pieces of 4 KiB), peak RSS
-// 144 -> 248 MiB; its soft limit keeps it under issue 10's 500 MB.
+// 2.1 -> 1.8 s (bench/rebuildserve.sh, 99,899 pieces of 4 KiB). Its soft
+// limit bounds what that costs in memory: at 384 MiB the rebuild of
+// bench/scale.sh's 1 M small keys peaked at 351-375 MiB of RSS, past
+// issue 10's 300 MB; at 128 MiB, 201 MiB, and the 4 KiB rebuild kept its
+// speed (250 MB/s, 2.7 s of CPU, 204 MiB: A/B of 384, 192 and 128 MiB).
 const (
 	gcPercent        = 400
 	serveMemoryLimit = 768 << 20
-	healMemoryLimit  = 384 << 20
+	healMemoryLimit  = 128 << 20
 )
 
 // tuneGC applies gcPercent and the soft memory limit, leaving what the

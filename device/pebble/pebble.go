@@ -71,6 +71,7 @@ package pebble
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -121,34 +122,19 @@ const DefaultTimeout = 30 * time.Second
 // zero means DefaultTimeout.
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
-// DefaultCacheSize is the block cache of a device opened without
-// WithCacheSize: Pebble's default size.
+// DefaultCacheSize is the cache of a device opened without WithCacheSize:
+// Pebble's default size.
 const DefaultCacheSize = 8 << 20
 
-// WithCacheSize sets the size in bytes of the device's block cache:
-// uncompressed blocks of its tables and blob files, outside the Go heap
-// (so it counts in the process's RSS); 0 is DefaultCacheSize. Each device
-// has its own: one cache shared by the six devices of an array cost a
-// rebuild 8% of its rate (its scans contend for the cache's shards).
+// WithCacheSize sets the size in bytes of the device's cache (0:
+// DefaultCacheSize), Pebble's: its memtables and the blocks of its
+// tables and blob files it keeps, outside the Go heap (so it counts in
+// the process's RSS). Pebble counts each memtable against it (up to three
+// of 16 MiB under a sustained write load: tuning.go), and blocks get the
+// rest: at the default, once a memtable has filled, none. Each device has
+// its own: one cache shared by the six devices of an array cost a rebuild
+// 8% of its rate (its scans contend for the cache's shards).
 func WithCacheSize(bytes int64) Option { return func(o *options) { o.cache = bytes } }
-
-// pebbleCacheSize is the size to give Pebble's cache for a block cache of
-// the given size. Pebble counts the memtables against its cache (each
-// reserves its size there while it lives), so an 8 MiB cache under 16 MiB
-// memtables cached no block at all: every read of a table's index, filter
-// and data blocks and of a value went to the files. The cache gets room
-// for one full memtable besides the blocks: under a read load (one
-// memtable) it holds about block bytes of blocks; under a sustained write
-// load (two memtables and one kept for reuse, 48 MiB) the memtables crowd
-// the blocks out. Room for all three would let blocks take 48 MiB more
-// per device whenever the memtables are small, as in a rebuild (peak RSS
-// 224 -> 496 MiB).
-func pebbleCacheSize(block int64, o *pdb.Options) int64 {
-	if block == 0 {
-		block = DefaultCacheSize
-	}
-	return block + int64(o.MemTableSize)
-}
 
 // withFS runs Pebble over fs, so tests can inject file system errors.
 func withFS(fs vfs.FS) Option { return func(o *options) { o.fs = fs } }
@@ -248,12 +234,12 @@ func Open(dir string, opts ...Option) (*Device, error) {
 		EventListener:    d.events(),
 		ErrorIfNotExists: !o.create,
 		FS:               guardFS{FS: o.fs, h: d.h},
+		CacheSize:        cmp.Or(o.cache, DefaultCacheSize),
 	})
 	// Pebble's disk health checks, over the guard, report a write stuck
 	// in the kernel (DiskSlow) even when no caller waits on it.
 	popts.WithFSDefaults()
 	popts.EnsureDefaults() // as Open does: bulk.go writes tables with them
-	popts.CacheSize = pebbleCacheSize(o.cache, popts)
 	removeBulkLeftovers(o.fs, dir)
 	var db *pdb.DB
 	err := d.call(context.Background(), true, func() error {
