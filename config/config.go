@@ -375,7 +375,7 @@ func (c *Config) Marshal() ([]byte, error) {
 		}
 		if k.Value == "device" {
 			k.HeadComment = "Limits of every pebble and mem device (defaults: a KV SSD's). Fix them before creating the array.\n" +
-				"cache: each pebble device's block cache (more: faster GETs, more memory; docs/config.md)."
+				"cache: each pebble device's cache of memtables and blocks (more: faster GETs, more memory; docs/config.md)."
 		}
 	}
 	var buf bytes.Buffer
