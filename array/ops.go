@@ -1174,7 +1174,8 @@ func (a *Array) sweepIfLeftover(ctx context.Context, key []byte, split int) (int
 // sweep deletes the pieces of k under its data key on the devices at
 // offsets [from, maxWidth) from its primary, and under its bank key from
 // offset max(bankFrom, 1) (see mechanism.Banked), and returns how many
-// there were.
+// there were. Under a scrub (withHeld) its scan says which devices hold
+// them; otherwise each device is asked.
 func (a *Array) sweep(ctx context.Context, k mechanism.Key, from, bankFrom int) (int, error) {
 	w := min(a.maxWidth, a.env.N())
 	type target struct {
@@ -1182,33 +1183,44 @@ func (a *Array) sweep(ctx context.Context, k mechanism.Key, from, bankFrom int) 
 		devs []int
 	}
 	targets := []target{{k.Data(), a.env.Span(k, from, w)}, {k.Bank(), a.env.Span(k, max(bankFrom, 1), w)}}
+	held, scanned := ctx.Value(heldKey{}).(map[string][]int)
 	var ops []mechanism.Op
-	for _, t := range targets {
-		for _, d := range t.devs {
-			ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpExist, Key: t.key}})
+	if !scanned {
+		for _, t := range targets {
+			for _, d := range t.devs {
+				ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpExist, Key: t.key}})
+			}
 		}
+		if len(ops) == 0 {
+			return 0, nil
+		}
+		a.env.Do(ctx, ops)
 	}
-	if len(ops) == 0 {
-		return 0, nil
-	}
-	a.env.Do(ctx, ops)
 	count := 0
 	var errs []error
 	for _, t := range targets {
 		var found, blind []int
-		for i := range ops[:len(t.devs)] {
-			switch {
-			case errors.Is(ops[i].Err, device.ErrDeviceFailed):
-				// Swept when it is resynced, before it serves again.
-			case errors.Is(ops[i].Err, mechanism.ErrStale):
-				blind = append(blind, ops[i].Dev) // whatever it holds goes
-			case ops[i].Err != nil:
-				errs = append(errs, ops[i].Err)
-			case ops[i].Found:
-				found = append(found, ops[i].Dev)
+		if scanned {
+			for _, d := range held[string(t.key)] {
+				if slices.Contains(t.devs, d) {
+					found = append(found, d)
+				}
 			}
+		} else {
+			for i := range ops[:len(t.devs)] {
+				switch {
+				case errors.Is(ops[i].Err, device.ErrDeviceFailed):
+					// Swept when it is resynced, before it serves again.
+				case errors.Is(ops[i].Err, mechanism.ErrStale):
+					blind = append(blind, ops[i].Dev) // whatever it holds goes
+				case ops[i].Err != nil:
+					errs = append(errs, ops[i].Err)
+				case ops[i].Found:
+					found = append(found, ops[i].Dev)
+				}
+			}
+			ops = ops[len(t.devs):]
 		}
-		ops = ops[len(t.devs):]
 		// Devices that cannot say (stale, being rebuilt) get a blind
 		// delete but do not count, so that the caller's walk over splits
 		// ends. A dry run (scrub without repair) leaves them out: it

@@ -198,6 +198,9 @@ type healItem struct {
 	hdr   *format.Header
 	at    []byte
 	scan  *scanRead // nil: restore by repair
+	// held: of a scrub's item, the devices its scan found holding each
+	// internal key of the user key (see scrubKeys and withHeld).
+	held map[string][]int
 }
 
 // errNotScanned is the error of a piece a rebuild's scan found absent.

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/mechanism/replication"
+	"github.com/kvarray/kvarray/mechanism/splitting"
 )
 
 // TestScrubCountsWhatRepairFixes: a scrub without repair reports the
@@ -70,4 +74,65 @@ func TestScrubListsEachKeyOnce(t *testing.T) {
 	if rep.Keys != 101 || rep.Problems() != 0 {
 		t.Errorf("scrub checked %d keys and found %d problems, want 101 and 0", rep.Keys, rep.Problems())
 	}
+}
+
+// TestScrubSweepsOrphans: a scrub finds the pieces that belong to no
+// value (a copy past its mechanism's width, a piece under the bank key
+// of a mechanism that does not bank, a piece of a key that has no value)
+// from its scan of the devices, counts them without repair, deletes
+// them with it, and finds none after.
+func TestScrubSweepsOrphans(t *testing.T) {
+	ctx := context.Background()
+	// Splitting's six pieces make room past replication's three.
+	r := newRig(t, 6, WithMechanisms(replication.New(3), splitting.New(4, 2)))
+	r.mustStore("kept", []byte("a value"))
+	r.mustStore("gone", []byte("another value"))
+	k := r.a.key([]byte("kept"), 0)
+	raw, err := r.raw(r.a.env.Span(k, 0, 1)[0], "kept", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plant := func(user string, kind format.Kind, offset int) {
+		d := r.a.env.Span(r.a.key([]byte(user), 0), offset, offset+1)[0]
+		if err := r.mems[d].Store(ctx, format.Key([]byte(user), 0, kind), raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plant("kept", format.KindData, 4) // past replication's 3 copies
+	plant("kept", format.KindBank, 1) // replication does not bank
+	if err := r.a.Delete(ctx, []byte("gone")); err != nil {
+		t.Fatal(err)
+	}
+	plant("gone", format.KindData, 2) // a copy the delete missed
+	// Orphans counts the pieces of keys without a value; the others are
+	// their keys' bad pieces.
+	const planted, ofNoValue = 3, 1
+	scrub := func(repair bool) ScrubReport {
+		t.Helper()
+		rep, err := r.a.Scrub(ctx, repair)
+		if err != nil || len(rep.Errors) > 0 {
+			t.Fatalf("scrub (repair %v): %v %v", repair, err, rep.Errors)
+		}
+		return rep
+	}
+	if rep := scrub(false); rep.Orphans != ofNoValue || rep.Problems() != planted {
+		t.Errorf("scrub: %d orphans, %d problems, want %d and %d", rep.Orphans, rep.Problems(), ofNoValue, planted)
+	}
+	if rep := scrub(true); rep.Orphans != ofNoValue || rep.Problems() != planted {
+		t.Errorf("scrub --repair: %d orphans, %d problems, want %d and %d", rep.Orphans, rep.Problems(), ofNoValue, planted)
+	}
+	for _, user := range []string{"kept", "gone"} {
+		for _, kind := range []format.Kind{format.KindData, format.KindBank} {
+			for d, m := range r.mems {
+				ok, _ := m.Exist(ctx, format.Key([]byte(user), 0, kind))
+				if want := user == "kept" && kind == format.KindData && slices.Contains(r.a.env.Span(k, 0, 3), d); ok != want {
+					t.Errorf("after scrub --repair, device %d holds %q (kind %d): %v, want %v", d, user, kind, ok, want)
+				}
+			}
+		}
+	}
+	if rep := scrub(false); rep.Problems() != 0 {
+		t.Errorf("scrub after the repair: %d problems", rep.Problems())
+	}
+	r.mustRead("kept", []byte("a value"))
 }
