@@ -352,15 +352,7 @@ func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (Rebuild
 // its progress until its scan ends: as many as the other devices hold on
 // average (pieces, not keys, but each restored piece is one key's).
 func (a *Array) rebuildEstimate(ctx context.Context, i int) int64 {
-	var sum, n int64
-	for d := range a.env.N() {
-		if d == i || a.env.State(d) == mechanism.Failed {
-			continue
-		}
-		if info, err := a.env.Device(d).Info(ctx); err == nil {
-			sum, n = sum+info.Keys, n+1
-		}
-	}
+	sum, n := a.keysOnDevices(ctx, i)
 	if n == 0 {
 		return 0
 	}

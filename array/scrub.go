@@ -64,10 +64,13 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 	// key whose primary does not know it is swept by Repair's not-found
 	// path), then the mechanisms' own keys.
 	var scanErr error
-	var found atomic.Int64
+	var found, held atomic.Int64 // items and the pieces they hold
 	items := func(yield func(healItem) bool) {
 		for _, pieces := range []bool{true, false} {
 			for it := range a.scrubKeys(ctx, pieces, &scanErr) {
+				for _, devs := range it.held {
+					held.Add(int64(len(devs)))
+				}
 				found.Add(1)
 				if !yield(it) {
 					return
@@ -75,8 +78,18 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 			}
 		}
 	}
-	estimate := a.scrubEstimate(ctx)
-	total := func() int64 { return max(estimate, found.Load()) }
+	// The progress's total, until the scan ends: the keys on the devices
+	// over the pieces a key found so far holds (keys are spread over the
+	// key space whatever their mechanism, so the mix seen so far is the
+	// mix to come).
+	keys, _ := a.keysOnDevices(ctx, -1)
+	total := func() int64 {
+		f, h := found.Load(), held.Load()
+		if h == 0 {
+			return f
+		}
+		return max(f, keys*f/h)
+	}
 
 	per := map[string]*ScrubCounts{}
 	for _, m := range a.mechs {
@@ -243,24 +256,19 @@ func withHeld(ctx context.Context, held map[string][]int) context.Context {
 	return context.WithValue(ctx, heldKey{}, held)
 }
 
-// scrubEstimate guesses how many keys a scrub will find, for its progress
-// until its scan ends: the keys on the devices, each counted on as many
-// devices as the configured mechanisms' mean width.
-func (a *Array) scrubEstimate(ctx context.Context) int64 {
-	var keys int64
+// keysOnDevices returns how many keys the devices not failed, but for
+// device skip, hold as their Info reports them (an estimate on Pebble),
+// and how many devices reported.
+func (a *Array) keysOnDevices(ctx context.Context, skip int) (keys, devs int64) {
 	for d := range a.env.N() {
-		if a.env.State(d) == mechanism.Failed {
+		if d == skip || a.env.State(d) == mechanism.Failed {
 			continue
 		}
 		if info, err := a.env.Device(d).Info(ctx); err == nil {
-			keys += info.Keys
+			keys, devs = keys+info.Keys, devs+1
 		}
 	}
-	width := 0
-	for _, m := range a.mechs {
-		width += min(m.Width(), a.env.N())
-	}
-	return keys * int64(len(a.mechs)) / int64(max(1, width))
+	return keys, devs
 }
 
 // scrubOne checks (and with repair, repairs) one item, returning its

@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/format"
@@ -135,4 +137,41 @@ func TestScrubSweepsOrphans(t *testing.T) {
 		t.Errorf("scrub after the repair: %d problems", rep.Problems())
 	}
 	r.mustRead("kept", []byte("a value"))
+}
+
+// TestScrubProgressTotal: until its scan ends, a scrub's progress total is
+// the devices' keys over the pieces a key found so far holds: close to the
+// number of keys, whatever the mechanisms' widths.
+func TestScrubProgressTotal(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, 6, WithMechanisms(replication.New(3), splitting.New(4, 2)))
+	const n = 3000
+	for i := range n {
+		r.mustStore(fmt.Sprintf("key-%05d", i), []byte("v"))
+	}
+	var mu sync.Mutex
+	var ticks []Progress
+	rep, err := r.a.Scrub(ctx, false, WithProgress(func(p Progress) {
+		mu.Lock()
+		defer mu.Unlock()
+		ticks = append(ticks, p)
+	}, time.Millisecond))
+	if err != nil || rep.Keys != n {
+		t.Fatalf("scrub: %d keys, %v", rep.Keys, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	checked := 0
+	for _, p := range ticks {
+		if p.Completed || p.Keys < 100 {
+			continue
+		}
+		checked++
+		if p.Total < n*9/10 || p.Total > n*11/10 {
+			t.Errorf("progress at %d keys: total %d, want within 10%% of %d", p.Keys, p.Total, n)
+		}
+	}
+	if checked == 0 {
+		t.Skip("the scrub ended before a progress report past 100 keys")
+	}
 }
