@@ -192,6 +192,21 @@ func (r *rig) raw(i int, key string, s int) ([]byte, error) {
 	return bb, nil
 }
 
+// churnKey is the i-th key of the tests that change keys under a heal.
+func churnKey(i int) string { return fmt.Sprintf("key-%04d", i) }
+
+// storeKeys stores n random 64-byte values under churnKey(0..n-1) and
+// returns them, indexed as the keys.
+func (r *rig) storeKeys(rng *rand.Rand, n int) [][]byte {
+	r.t.Helper()
+	model := make([][]byte, n)
+	for i := range n {
+		model[i] = randBytes(rng, 64)
+		r.mustStore(churnKey(i), model[i])
+	}
+	return model
+}
+
 // holders returns the devices holding a piece of split s of key.
 func (r *rig) holders(key string, s int) []int {
 	var out []int

@@ -27,12 +27,7 @@ func TestRebuildWhileKeysChange(t *testing.T) {
 			r := newRig(t, 6, everyMechanism(), WithDefault(rm))
 			rng := newRand(t)
 			const n = 400
-			model := make([][]byte, n)
-			key := func(i int) string { return fmt.Sprintf("key-%04d", i) }
-			for i := range n {
-				model[i] = randBytes(rng, 64)
-				r.mustStore(key(i), model[i])
-			}
+			model := r.storeKeys(rng, n)
 			const dev = 2
 			r.replace(dev)
 			var mu sync.Mutex
@@ -56,7 +51,7 @@ func TestRebuildWhileKeysChange(t *testing.T) {
 					// with its primary being rebuilt, a second delete
 					// cannot tell whether it exists (ErrUnavailable).
 					if j%5 == 4 && live {
-						err := r.a.Delete(ctx, []byte(key(i)))
+						err := r.a.Delete(ctx, []byte(churnKey(i)))
 						if err != nil && !errors.Is(err, ErrNotFound) {
 							done <- err
 							return
@@ -67,7 +62,7 @@ func TestRebuildWhileKeysChange(t *testing.T) {
 						continue
 					}
 					v := fmt.Appendf(nil, "value %d of %d", j, i)
-					if err := r.a.Store(ctx, []byte(key(i)), v); err != nil {
+					if err := r.a.Store(ctx, []byte(churnKey(i)), v); err != nil {
 						done <- err
 						return
 					}
@@ -85,29 +80,29 @@ func TestRebuildWhileKeysChange(t *testing.T) {
 				t.Fatalf("rebuild: %v (%+v)", err, rep)
 			}
 			for i := range n {
-				p := r.a.primary([]byte(key(i)), 0)
+				p := r.a.primary([]byte(churnKey(i)), 0)
 				onDev := (dev-p+6)%6 < width
-				b, err := r.raw(dev, key(i), 0)
+				b, err := r.raw(dev, churnKey(i), 0)
 				switch {
 				case model[i] == nil || !onDev:
 					if !errors.Is(err, device.ErrNotFound) {
-						t.Fatalf("%s (deleted %v, copy on device %d: %v): rebuilt device holds %d bytes, %v", key(i), model[i] == nil, dev, onDev, len(b), err)
+						t.Fatalf("%s (deleted %v, copy on device %d: %v): rebuilt device holds %d bytes, %v", churnKey(i), model[i] == nil, dev, onDev, len(b), err)
 					}
 				case err != nil:
-					t.Fatalf("%s: rebuilt device lacks its copy: %v", key(i), err)
+					t.Fatalf("%s: rebuilt device lacks its copy: %v", churnKey(i), err)
 				default:
 					// A shard: it must be of the write the other
 					// shards are of, the value of which is the model's.
 					v, err := format.Decode(b)
 					if err == nil && rm == "splitting" {
-						other, oerr := r.piece((dev+1)%6, key(i), 0)
+						other, oerr := r.piece((dev+1)%6, churnKey(i), 0)
 						if oerr != nil || other.Version != v.Version {
-							t.Fatalf("%s: rebuilt device holds a shard of version %d, device %d of %d (%v)", key(i), v.Version, (dev+1)%6, other.Version, oerr)
+							t.Fatalf("%s: rebuilt device holds a shard of version %d, device %d of %d (%v)", churnKey(i), v.Version, (dev+1)%6, other.Version, oerr)
 						}
-						v.Payload, err = r.a.Retrieve(ctx, []byte(key(i)))
+						v.Payload, err = r.a.Retrieve(ctx, []byte(churnKey(i)))
 					}
 					if err != nil || !bytes.Equal(v.Payload, model[i]) {
-						t.Fatalf("%s: rebuilt device holds %q (%v), the last acknowledged value is %q", key(i), v.Payload, err, model[i])
+						t.Fatalf("%s: rebuilt device holds %q (%v), the last acknowledged value is %q", churnKey(i), v.Payload, err, model[i])
 					}
 				}
 			}

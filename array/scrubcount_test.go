@@ -189,12 +189,7 @@ func TestScrubWhileKeysChange(t *testing.T) {
 			r := newRig(t, 6, everyMechanism(), WithDefault(rm))
 			rng := newRand(t)
 			const n = 300
-			model := make([][]byte, n)
-			key := func(i int) string { return fmt.Sprintf("key-%04d", i) }
-			for i := range n {
-				model[i] = randBytes(rng, 64)
-				r.mustStore(key(i), model[i])
-			}
+			model := r.storeKeys(rng, n)
 			var mu sync.Mutex
 			var writes atomic.Int64
 			stop := make(chan struct{})
@@ -211,7 +206,7 @@ func TestScrubWhileKeysChange(t *testing.T) {
 					}
 					i := wrng.IntN(n)
 					if j%4 == 3 {
-						if err := r.a.Delete(ctx, []byte(key(i))); err != nil && !errors.Is(err, ErrNotFound) {
+						if err := r.a.Delete(ctx, []byte(churnKey(i))); err != nil && !errors.Is(err, ErrNotFound) {
 							done <- err
 							return
 						}
@@ -221,7 +216,7 @@ func TestScrubWhileKeysChange(t *testing.T) {
 						continue
 					}
 					v := randBytes(wrng, 1+wrng.IntN(200))
-					if err := r.a.Store(ctx, []byte(key(i)), v); err != nil {
+					if err := r.a.Store(ctx, []byte(churnKey(i)), v); err != nil {
 						done <- err
 						return
 					}
@@ -242,12 +237,12 @@ func TestScrubWhileKeysChange(t *testing.T) {
 				t.Fatalf("writer: %v", err)
 			}
 			for i := range n {
-				got, err := r.a.Retrieve(ctx, []byte(key(i)))
+				got, err := r.a.Retrieve(ctx, []byte(churnKey(i)))
 				switch {
 				case model[i] == nil && !errors.Is(err, ErrNotFound):
-					t.Errorf("%s: deleted, read %d bytes, %v", key(i), len(got), err)
+					t.Errorf("%s: deleted, read %d bytes, %v", churnKey(i), len(got), err)
 				case model[i] != nil && (err != nil || !bytes.Equal(got, model[i])):
-					t.Errorf("%s: read %q, %v; want %q", key(i), got, err, model[i])
+					t.Errorf("%s: read %q, %v; want %q", churnKey(i), got, err, model[i])
 				}
 			}
 			if rep, err := r.a.Scrub(ctx, false); err != nil || rep.Problems() != 0 {
