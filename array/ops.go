@@ -120,7 +120,9 @@ func (a *Array) releaseMissed(ctx context.Context, k mechanism.Key, current uint
 // from the old value, which stays current and whole; but they are newer,
 // so a read that cannot use the primary would take them for the value,
 // and fail when too few landed to decode. The store failed, so either
-// value may be read: the old one is. Only pieces read back as version v
+// value may be read: the old one is. Not called once the primary's piece
+// was sent (mechanism.ErrCommitUnknown): an unreadable primary then says
+// nothing of whether it landed. Only pieces read back as version v
 // go: the bank key may hold another write's (the caller holds the key's
 // lock, so none lands between the read and the delete).
 func (a *Array) dropUncommitted(ctx context.Context, key []byte, m mechanism.Mechanism, v uint64) {
@@ -584,7 +586,7 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 	} else {
 		err = a.forSplits(ctx, n, storeSplit)
 	}
-	if err != nil && prev != nil {
+	if err != nil && prev != nil && !errors.Is(err, mechanism.ErrCommitUnknown) {
 		a.dropUncommitted(ctx, key, m, obj.Version)
 	}
 	if err != nil && prev != nil && prev.m != m {

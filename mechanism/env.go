@@ -209,6 +209,12 @@ type Op struct {
 // because the device is marked Failed.
 var ErrMarkedFailed = fmt.Errorf("marked failed until rebuilt or resynced: %w", device.ErrDeviceFailed)
 
+// ErrCommitUnknown marks the error of a store that failed after its
+// commit point (the piece that makes it current) was sent: the piece may
+// have landed with its answer lost, so the store's other pieces may be
+// all that decodes the key's value, and must stay.
+var ErrCommitUnknown = errors.New("the store's commit point may have landed")
+
 // ErrStale is the error of a read whose answer cannot be trusted: the
 // device missed a write of that key while it was failed (its resync
 // record lists the key), or it is being rebuilt and lacks the key. The

@@ -850,8 +850,15 @@ func (m *Mechanism) logChange(ctx context.Context, k mechanism.Key, e *logEntry,
 		}
 	}
 	e.pv = m.ids.Next()
+	// The member's new piece overwrites its old one in place. In a set
+	// with bad pieces, values live in the parities alone, decoded with
+	// this member's old bytes until a parity holds the entry: so the
+	// piece is written only once an append landed. In a healthy set the
+	// two go together (one round trip): every append failing then costs
+	// the old bytes of this member alone, which its failed store may.
+	serial := m.badPieces(&parityFields{geometry: e.g, members: roster}, e.slot) > 0
 	var wg sync.WaitGroup
-	if len(ops) > 0 {
+	if len(ops) > 0 && !serial {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -860,6 +867,9 @@ func (m *Mechanism) logChange(ctx context.Context, k mechanism.Key, e *logEntry,
 	}
 	errs := m.appendEntry(ctx, up, e)
 	wg.Wait()
+	if serial && mechanism.Quorum(errOps(up, errs), len(up)-1) == nil {
+		m.env.Do(ctx, ops)
+	}
 	if err := mechanism.Quorum(ops, 0); err != nil {
 		// The member's device failing under its write (a hang past its
 		// time limit) is a degraded write, as for any mechanism: the

@@ -37,6 +37,14 @@
 //   - A store is acknowledged only once its member and, for every parity
 //     device that did not take its parity or log entry, a stale record are
 //     durable.
+//   - A member's old bytes are overwritten only once its set can do
+//     without them. In a degraded set (a member or parity bad: its value
+//     or data is decoded with the other members' bytes), an update's log
+//     entry or patch lands on a parity before the member is written, and
+//     a member moving to another set leaves its old one before the move
+//     overwrites it. A device failing under the write then fails the
+//     store but costs no other member, even when every device comes back
+//     (as a restarted server does) with what it held.
 package packing
 
 import (
@@ -226,6 +234,18 @@ func (m *Mechanism) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 		// must be able to let it go.
 		if err := m.leavable(ctx, f); err != nil {
 			return fmt.Errorf("packing: move split %d of %q out of set %x: %w", k.Split, k.User, f.set, err)
+		}
+		if m.badPieces(&parityFields{geometry: f.geometry, members: f.roster}, f.slot) > 0 {
+			// A degraded set decodes its bad pieces with this member's
+			// old bytes until its parities know it left: overwritten
+			// first, a parity device failing under the leave would lose
+			// them. So it leaves first. The price: an insert that then
+			// fails leaves the old value whole on its primary but in no
+			// set, unprotected until the key's next store.
+			if err := m.detachFrom(ctx, k, f, old, ok); err != nil && !errors.Is(err, device.ErrNotFound) {
+				return fmt.Errorf("packing: move split %d of %q out of its old set: %w", k.Split, k.User, err)
+			}
+			return m.insert(ctx, k, obj, value)
 		}
 	}
 	if err := m.insert(ctx, k, obj, value); err != nil {
@@ -965,7 +985,17 @@ func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mech
 		return true, fmt.Errorf("packing: update split %d of %q in set %x: %w", k.Split, k.User, f.set, err)
 	}
 	ops := append([]mechanism.Op{m.memberOp(f.geometry, f.roster, &mb, value)}, m.parityOps(&pf, pv, newPar)...)
-	m.env.Do(ctx, ops)
+	if m.badPieces(&pf, f.slot) > 0 {
+		// The parities first, as in logChange: the set's bad pieces
+		// are decoded with the old member until a parity is patched.
+		m.env.Do(ctx, ops[1:])
+		if err := mechanism.Quorum(ops[1:], len(ops)-2); err != nil {
+			return true, fmt.Errorf("packing: update split %d of %q in set %x: %w", k.Split, k.User, f.set, err)
+		}
+		m.env.Do(ctx, ops[:1])
+	} else {
+		m.env.Do(ctx, ops)
+	}
 	if err := ops[0].Err; err != nil {
 		return true, fmt.Errorf("packing: update split %d of %q in set %x: %w", k.Split, k.User, f.set, err)
 	}
@@ -1002,49 +1032,66 @@ func (m *Mechanism) CheckRelease(ctx context.Context, k mechanism.Key, prev *mec
 // leavable reports whether the member at f.slot can leave its set f once
 // its piece on the primary is overwritten: the patch that removes it from
 // the parities must not leave the set short (patchable). A set whose
-// parity devices are all failed is left as it is (see detachFrom).
+// parity devices are all failed is left as it is (see detachFrom), and
+// only when no other member needs its parities.
 func (m *Mechanism) leavable(ctx context.Context, f memberFields) error {
-	if m.parityDevicesDown(f.geometry) {
-		return nil
-	}
-	for _, p := range m.readParities(ctx, f.geometry) {
-		if p.ok {
-			return m.patchable(&p.f, f.slot)
+	if !m.parityDevicesDown(f.geometry) {
+		for _, p := range m.readParities(ctx, f.geometry) {
+			if p.ok {
+				return m.patchable(&p.f, f.slot)
+			}
 		}
 	}
-	return nil // no parity to patch: detachFrom rebuilds the set
+	// No parity readable: every one counts bad, and the member can leave
+	// only if no other member needs them. A parity that comes back
+	// unchanged still decodes with this member's old bytes, which the
+	// store is about to overwrite.
+	if bad := m.badMembers(f.roster, f.slot) + len(f.parity); bad > m.r {
+		return fmt.Errorf("no parity readable and %d of its pieces bad, %d tolerated: %w", bad, m.r, device.ErrDeviceFailed)
+	}
+	return nil
 }
 
 // patchable returns an error wrapping device.ErrDeviceFailed when patching
 // the parities of set pf in place (for the member at slot, which is
-// rewritten or leaves) would leave more than r of its pieces bad: the
-// other members whose device is impaired or missed their write (their
-// value then lives in the parities alone) and the parities whose device
-// is impaired, which miss the patch. Patched, the parities that land
-// would no longer match the stale ones, and those members' values would be
+// rewritten or leaves) would leave more than r of its pieces bad (see
+// badPieces). Patched, the parities that land would no longer match the
+// stale pieces, and the values that live in the parities alone would be
 // lost; refused before anything is written, the store fails and the set
 // keeps every value it had. With at most r devices impaired it never
 // refuses.
 func (m *Mechanism) patchable(pf *parityFields, slot int) error {
-	bad := 0
-	for i := range pf.members {
-		mb := &pf.members[i]
-		if mb.slot == slot {
-			continue
-		}
-		if m.env.State(mb.dev) != mechanism.Healthy || m.env.Missing(mb.dev, format.Key(mb.key, mb.split, format.KindData)) {
-			bad++
-		}
-	}
-	for _, d := range pf.parity {
-		if m.env.State(d) != mechanism.Healthy {
-			bad++
-		}
-	}
-	if bad > m.r {
+	if bad := m.badPieces(pf, slot); bad > m.r {
 		return fmt.Errorf("%d of its pieces would be bad after the patch, %d tolerated: %w", bad, m.r, device.ErrDeviceFailed)
 	}
 	return nil
+}
+
+// badPieces counts the pieces of set pf, but the member at slot, that a
+// reconstruction cannot use: the members whose device is impaired or
+// missed their write (their value then lives in the parities alone), and
+// the parities whose device is impaired or missed a change of the set.
+func (m *Mechanism) badPieces(pf *parityFields, slot int) int {
+	bad := m.badMembers(pf.members, slot)
+	for _, d := range pf.parity {
+		if m.env.State(d) != mechanism.Healthy || m.env.Missing(d, setKey(pf.set)) {
+			bad++
+		}
+	}
+	return bad
+}
+
+// badMembers counts the members, but the one at slot, whose device is
+// impaired or missed their write.
+func (m *Mechanism) badMembers(members []member, slot int) int {
+	bad := 0
+	for i := range members {
+		mb := &members[i]
+		if mb.slot != slot && (m.env.State(mb.dev) != mechanism.Healthy || m.env.Missing(mb.dev, format.Key(mb.key, mb.split, format.KindData))) {
+			bad++
+		}
+	}
+	return bad
 }
 
 // delta returns the parities good of the set after the member at f.slot

@@ -45,6 +45,9 @@
 //     they reached their quorum: a store that fails leaves the primary
 //     naming the old value (or absence, or another mechanism's piece), so
 //     the next store's version picks the bank the old value is not in.
+//     Once the primary's shard was sent, a failure says nothing of whether
+//     it landed (the answer may be what was lost): the store's error wraps
+//     mechanism.ErrCommitUnknown, and its other shards stay.
 //     Written with the others, a failed store's shard 0 would name its own
 //     bank, and a second failed store would then overwrite the old value's
 //     shards. A shard counts only under the key its version selects.
@@ -358,7 +361,7 @@ func (m *splitting) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 // at offset i under k.PieceKey(i, v). Up to r may miss their devices
 // (recorded for resync); the others still rebuild the split. The primary's
 // piece goes last, once the others reached their quorum (see the package
-// invariants).
+// invariants). A failure once it was sent wraps mechanism.ErrCommitUnknown.
 func (m *splitting) write(ctx context.Context, k mechanism.Key, v uint64, vals [][]byte) error {
 	w := len(vals)
 	devs := m.env.Span(k, 0, w)
@@ -376,10 +379,14 @@ func (m *splitting) write(ctx context.Context, k mechanism.Key, v uint64, vals [
 		}
 	}
 	m.env.Do(ctx, ops[:1])
-	if err := mechanism.Quorum(ops, m.r); err != nil {
-		return err
+	err := mechanism.Quorum(ops, m.r)
+	if err == nil {
+		err = m.env.Acknowledge(ctx, ops)
 	}
-	return m.env.Acknowledge(ctx, ops)
+	if err != nil && !errors.Is(ops[0].Err, mechanism.ErrMarkedFailed) {
+		return fmt.Errorf("%w: %w", mechanism.ErrCommitUnknown, err)
+	}
+	return err
 }
 
 // encode returns the k+r encoded pieces of value, and the pooled buffer
