@@ -536,24 +536,54 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 	// inPlace: the new value's split s is stored under the same key as
 	// the old one's (always split 0; every split when not banked).
 	inPlace := func(s int) bool { return s < n && s < prevSplits && (s == 0 || !a.banked) }
+	releaseSplit := func(ctx context.Context, s int) error {
+		keep := 0
+		if inPlace(s) {
+			if prev.m == m {
+				return nil // m.Store updates it in place
+			}
+			keep = m.Width()
+			if banksPastPrimary(m, obj.Version) {
+				keep = 1 // the old pieces past the primary were not touched
+			}
+		}
+		return prev.m.Release(ctx, a.splitKey(key, s, ph.Version), prevFor(s), keep)
+	}
+	released0 := false // split 0 released before its primary was overwritten
 	release := func() error {
 		err := releaseInOrder(prevSplits, func(s int) error {
-			keep := 0
-			if inPlace(s) {
-				if prev.m == m {
-					return nil // m.Store updates it in place
-				}
-				keep = m.Width()
-				if banksPastPrimary(m, obj.Version) {
-					keep = 1 // the old pieces past the primary were not touched
-				}
+			if s == 0 && released0 {
+				return nil
 			}
-			return prev.m.Release(ctx, a.splitKey(key, s, ph.Version), prevFor(s), keep)
+			return releaseSplit(ctx, s)
 		})
 		if err != nil {
 			return fmt.Errorf("release previous value: %w", err)
 		}
 		return nil
+	}
+	var precommit func(context.Context, bool) error
+	if _, ok := prevM(prev).(releaseChecker); ok && prev.m != m {
+		// A Packing member's set may need its bytes until it records the
+		// leave, so it is released before the new value's primary piece
+		// overwrites it: a leave that fails then fails the store with
+		// the member whole. Unless the new value's other pieces are not
+		// durable yet (not ready) and the member's own piece is bad (its
+		// value lives in its set alone): then it leaves after the store,
+		// as for any mechanism, not to drop a value the store may fail
+		// to replace.
+		precommit = func(ctx context.Context, ready bool) error {
+			k0 := a.key(key, 0)
+			own := a.env.State(k0.Primary) == mechanism.Healthy && !a.env.Missing(k0.Primary, k0.Data())
+			if !ready && !own {
+				return nil
+			}
+			if err := releaseSplit(ctx, 0); err != nil {
+				return fmt.Errorf("release previous value: %w", err)
+			}
+			released0 = true
+			return nil
+		}
 	}
 	sc := m.SplitCap()
 	storeSplit := func(s int) error {
@@ -566,7 +596,11 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 		if err := a.releaseMissed(ctx, k, obj.Version); err != nil {
 			return err
 		}
-		return m.Store(ctx, k, obj, value[lo:hi], pv)
+		o := obj
+		if s == 0 {
+			o.Precommit = precommit
+		}
+		return m.Store(ctx, k, o, value[lo:hi], pv)
 	}
 	if a.banked && n > 1 {
 		// Split 0 last: it is what makes the new value the current one.

@@ -476,6 +476,14 @@ func (e *Env) Piece(part *Part) (p Piece, ok bool) {
 // already marked Failed writes nothing (see Reachable): written in place
 // on the others, it would destroy the value it fails to replace.
 func (e *Env) Write(ctx context.Context, key []byte, devs []int, values [][]byte, maxFailed int) error {
+	return e.WritePrimaryLast(ctx, key, devs, values, maxFailed, nil)
+}
+
+// WritePrimaryLast is Write with values[0] written last when before is
+// set: the others first, then before with how many of them landed, then
+// values[0] on devs[0]. An error from before fails the write with devs[0]
+// untouched.
+func (e *Env) WritePrimaryLast(ctx context.Context, key []byte, devs []int, values [][]byte, maxFailed int, before func(landed int) error) error {
 	if err := e.Reachable(devs, maxFailed); err != nil {
 		return fmt.Errorf("store %q: %w", key, err)
 	}
@@ -483,7 +491,24 @@ func (e *Env) Write(ctx context.Context, key []byte, devs []int, values [][]byte
 	for i, d := range devs {
 		ops[i] = Op{Dev: d, Op: device.Op{Kind: device.OpStore, Key: key, Value: values[i]}}
 	}
-	e.Do(ctx, ops)
+	if before == nil {
+		e.Do(ctx, ops)
+	} else {
+		e.Do(ctx, ops[1:])
+		if err := Quorum(ops[1:], maxFailed); err != nil {
+			return err
+		}
+		landed := 0
+		for i := range ops[1:] {
+			if ops[1+i].Err == nil {
+				landed++
+			}
+		}
+		if err := before(landed); err != nil {
+			return err
+		}
+		e.Do(ctx, ops[:1])
+	}
 	if err := Quorum(ops, maxFailed); err != nil {
 		return err
 	}

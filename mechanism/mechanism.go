@@ -79,6 +79,17 @@ type Object struct {
 	Splits    uint32
 	ObjectLen uint64
 	Version   uint64
+
+	// Precommit, when set, is what the caller must do before the store
+	// overwrites the primary's piece (the array: release an old Packing
+	// member there, which its set may still need). A mechanism that can
+	// write its other pieces first calls it once, just before writing
+	// the primary's, with ready reporting whether those pieces can be
+	// read without that one (then a primary failing under its write costs
+	// nothing); an error fails the store with the primary untouched. One
+	// that does not call it (Packing) leaves the work to the caller, after
+	// the store.
+	Precommit func(ctx context.Context, ready bool) error
 }
 
 // Prev is what the array knows of the previous value of a split that is

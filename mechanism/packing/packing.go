@@ -37,14 +37,18 @@
 //   - A store is acknowledged only once its member and, for every parity
 //     device that did not take its parity or log entry, a stale record are
 //     durable.
-//   - A member's old bytes are overwritten only once its set can do
-//     without them. In a degraded set (a member or parity bad: its value
-//     or data is decoded with the other members' bytes), an update's log
-//     entry or patch lands on a parity before the member is written, and
-//     a member moving to another set leaves its old one before the move
-//     overwrites it. A device failing under the write then fails the
-//     store but costs no other member, even when every device comes back
-//     (as a restarted server does) with what it held.
+//   - In a degraded set (a member or parity bad: its value or data is
+//     decoded with the other members' bytes), an update's log entry or
+//     patch lands on a parity before the member is overwritten in place.
+//     A parity device failing under the update then fails the store but
+//     costs no other member, even when every device comes back (as a
+//     restarted server does) with what it held. A member replaced by
+//     another mechanism's value leaves before that value's primary piece
+//     overwrites it (the array's Precommit); one moving to another set is
+//     overwritten first, so that an insert failing on its primary keeps
+//     its old value in the set: in a set with r pieces bad, a parity
+//     device failing under that leave loses the values decoded with it
+//     (a third failure at once; see docs/ARCHITECTURE.md, Known limits).
 package packing
 
 import (
@@ -234,18 +238,6 @@ func (m *Mechanism) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 		// must be able to let it go.
 		if err := m.leavable(ctx, f); err != nil {
 			return fmt.Errorf("packing: move split %d of %q out of set %x: %w", k.Split, k.User, f.set, err)
-		}
-		if m.badPieces(&parityFields{geometry: f.geometry, members: f.roster}, f.slot) > 0 {
-			// A degraded set decodes its bad pieces with this member's
-			// old bytes until its parities know it left: overwritten
-			// first, a parity device failing under the leave would lose
-			// them. So it leaves first. The price: an insert that then
-			// fails leaves the old value whole on its primary but in no
-			// set, unprotected until the key's next store.
-			if err := m.detachFrom(ctx, k, f, old, ok); err != nil && !errors.Is(err, device.ErrNotFound) {
-				return fmt.Errorf("packing: move split %d of %q out of its old set: %w", k.Split, k.User, err)
-			}
-			return m.insert(ctx, k, obj, value)
 		}
 	}
 	if err := m.insert(ctx, k, obj, value); err != nil {
@@ -1147,6 +1139,8 @@ func (m *Mechanism) detach(ctx context.Context, k mechanism.Key, prev *mechanism
 // recorded stale on their devices, so that they are never read as current
 // and resyncing those devices rebuilds the set from the members that still
 // claim it (the member's primary now holds something else, or nothing).
+// That is refused when another member is bad: its value is in the
+// parities alone.
 func (m *Mechanism) detachFrom(ctx context.Context, k mechanism.Key, f memberFields, old format.Value, ok bool) error {
 	leave := func() error {
 		for _, d := range f.parity {
@@ -1157,6 +1151,12 @@ func (m *Mechanism) detachFrom(ctx context.Context, k mechanism.Key, f memberFie
 		return nil
 	}
 	if m.parityDevicesDown(f.geometry) {
+		// Marked stale, the parities no longer give back a member
+		// whose value lives in them alone.
+		if bad := m.badMembers(f.roster, f.slot); bad > 0 {
+			return fmt.Errorf("packing: leave set %x of split %d of %q: every parity device down and %d other members bad: %w",
+				f.set, k.Split, k.User, bad, device.ErrDeviceFailed)
+		}
 		return leave()
 	}
 	tk, err := m.sets.Lock(ctx, setLockKey(f.set))

@@ -332,7 +332,7 @@ func (m *splitting) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 	if err != nil {
 		return fmt.Errorf("%s: store split %d of %q: %w", Name, k.Split, k.User, err)
 	}
-	err = m.write(ctx, k, obj.Version, vals)
+	err = m.write(ctx, k, obj.Version, vals, obj.Precommit)
 	// Devices do not retain values once a store returns (device
 	// contract), so the pieces' memory is free again.
 	putBuf(buf)
@@ -362,7 +362,9 @@ func (m *splitting) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 // (recorded for resync); the others still rebuild the split. The primary's
 // piece goes last, once the others reached their quorum (see the package
 // invariants). A failure once it was sent wraps mechanism.ErrCommitUnknown.
-func (m *splitting) write(ctx context.Context, k mechanism.Key, v uint64, vals [][]byte) error {
+// precommit (see mechanism.Object) runs in between, ready when k of the
+// others landed.
+func (m *splitting) write(ctx context.Context, k mechanism.Key, v uint64, vals [][]byte, precommit func(context.Context, bool) error) error {
 	w := len(vals)
 	devs := m.env.Span(k, 0, w)
 	if err := m.env.Reachable(devs, m.r); err != nil {
@@ -375,6 +377,11 @@ func (m *splitting) write(ctx context.Context, k mechanism.Key, v uint64, vals [
 	if w > 1 {
 		m.env.Do(ctx, ops[1:])
 		if err := mechanism.Quorum(ops[1:], m.r); err != nil {
+			return err
+		}
+	}
+	if precommit != nil {
+		if err := precommit(ctx, mechanism.Quorum(ops[1:], w-1-m.k) == nil); err != nil {
 			return err
 		}
 	}

@@ -80,8 +80,14 @@ func (m *Mechanism) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 		vals[i] = enc
 	}
 	// Degraded: with some copies' devices failed, the copies written are
-	// the redundancy left; the others are recorded for resync.
-	if err := m.env.Write(ctx, k.Data(), m.env.Span(k, 0, m.n), vals, m.n-1); err != nil {
+	// the redundancy left; the others are recorded for resync. With a
+	// Precommit (see mechanism.Object), the copies past the primary go
+	// first, and it is ready once one of them landed.
+	var before func(int) error
+	if obj.Precommit != nil {
+		before = func(landed int) error { return obj.Precommit(ctx, landed > 0) }
+	}
+	if err := m.env.WritePrimaryLast(ctx, k.Data(), m.env.Span(k, 0, m.n), vals, m.n-1, before); err != nil {
 		return fmt.Errorf("%s: store split %d of %q: %w", m.name, k.Split, k.User, err)
 	}
 	if prev != nil {
