@@ -493,11 +493,25 @@ func (e *Env) WritePrimaryLast(ctx context.Context, key []byte, devs []int, valu
 	}
 	if before == nil {
 		e.Do(ctx, ops)
-	} else {
-		e.Do(ctx, ops[1:])
-		if err := Quorum(ops[1:], maxFailed); err != nil {
-			return err
-		}
+	} else if err := e.DoPrimaryLast(ctx, ops, maxFailed, before); err != nil {
+		return err
+	}
+	if err := Quorum(ops, maxFailed); err != nil {
+		return err
+	}
+	return e.Acknowledge(ctx, ops)
+}
+
+// DoPrimaryLast runs ops[1:], then, unless more than maxFailed of them
+// failed (Quorum), before (if set) with how many of them landed, then
+// ops[0]: the piece that makes a write current goes once the others can
+// stand without it. An error means ops[0] was not sent.
+func (e *Env) DoPrimaryLast(ctx context.Context, ops []Op, maxFailed int, before func(landed int) error) error {
+	e.Do(ctx, ops[1:])
+	if err := Quorum(ops[1:], maxFailed); err != nil {
+		return err
+	}
+	if before != nil {
 		landed := 0
 		for i := range ops[1:] {
 			if ops[1+i].Err == nil {
@@ -507,12 +521,9 @@ func (e *Env) WritePrimaryLast(ctx context.Context, key []byte, devs []int, valu
 		if err := before(landed); err != nil {
 			return err
 		}
-		e.Do(ctx, ops[:1])
 	}
-	if err := Quorum(ops, maxFailed); err != nil {
-		return err
-	}
-	return e.Acknowledge(ctx, ops)
+	e.Do(ctx, ops[:1])
+	return nil
 }
 
 // Delete deletes key from each of devs; it fails only when more than

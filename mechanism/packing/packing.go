@@ -980,11 +980,9 @@ func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mech
 	if m.badPieces(&pf, f.slot) > 0 {
 		// The parities first, as in logChange: the set's bad pieces
 		// are decoded with the old member until a parity is patched.
-		m.env.Do(ctx, ops[1:])
-		if err := mechanism.Quorum(ops[1:], len(ops)-2); err != nil {
+		if err := m.env.DoPrimaryLast(ctx, ops, len(ops)-2, nil); err != nil {
 			return true, fmt.Errorf("packing: update split %d of %q in set %x: %w", k.Split, k.User, f.set, err)
 		}
-		m.env.Do(ctx, ops[:1])
 	} else {
 		m.env.Do(ctx, ops)
 	}

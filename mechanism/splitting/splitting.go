@@ -374,18 +374,13 @@ func (m *splitting) write(ctx context.Context, k mechanism.Key, v uint64, vals [
 	for i, d := range devs {
 		ops[i] = mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpStore, Key: k.PieceKey(i, v), Value: vals[i]}}
 	}
-	if w > 1 {
-		m.env.Do(ctx, ops[1:])
-		if err := mechanism.Quorum(ops[1:], m.r); err != nil {
-			return err
-		}
-	}
+	var before func(int) error
 	if precommit != nil {
-		if err := precommit(ctx, mechanism.Quorum(ops[1:], w-1-m.k) == nil); err != nil {
-			return err
-		}
+		before = func(landed int) error { return precommit(ctx, landed >= m.k) }
 	}
-	m.env.Do(ctx, ops[:1])
+	if err := m.env.DoPrimaryLast(ctx, ops, m.r, before); err != nil {
+		return err
+	}
 	err := mechanism.Quorum(ops, m.r)
 	if err == nil {
 		err = m.env.Acknowledge(ctx, ops)
