@@ -314,8 +314,37 @@ func Create(ctx context.Context, devs []device.Device, opts ...Option) (*Array, 
 		return nil, fmt.Errorf("array: create: %w", err)
 	}
 	a.reasons = make([]error, len(devs))
+	a.completeIfEmpty(ctx)
 	a.startBackground()
 	return a, nil
+}
+
+// completeIfEmpty makes the metadata cache complete (see metaCache) when
+// no device holds anything but the array's header: every value the array
+// will hold is then one it stores. Any doubt (a device not healthy or that
+// cannot list its keys, any other key) leaves it as it is. It stops at a
+// device's first such key, so it costs next to nothing on an array in use.
+func (a *Array) completeIfEmpty(ctx context.Context) {
+	if a.meta == nil {
+		return
+	}
+	held := errors.New("holds a key")
+	for i := range a.env.N() {
+		if a.env.State(i) != mechanism.Healthy {
+			return
+		}
+		d, _ := a.env.DeviceGen(i)
+		err := d.Iterate(ctx, nil, func(k []byte) error {
+			if _, _, kind, err := format.ParseKey(k); err == nil && kind == format.KindArray {
+				return nil
+			}
+			return held
+		})
+		if err != nil {
+			return
+		}
+	}
+	a.meta.setComplete()
 }
 
 // Open opens the array held by devs, listed in creation order. A foreign or
@@ -353,6 +382,7 @@ func Open(ctx context.Context, devs []device.Device, opts ...Option) (*Array, er
 		return nil, fmt.Errorf("array: open: resync records: %w", err)
 	}
 	a.advanceEpoch(ctx, a.env.Clock().Lease(leaseSpan))
+	a.completeIfEmpty(ctx)
 	a.startBackground()
 	return a, nil
 }

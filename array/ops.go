@@ -403,9 +403,9 @@ func (a *Array) knownAbsent(key []byte) bool {
 func (a *Array) noted(key []byte, l *located, err error) {
 	switch {
 	case err == nil:
-		a.meta.put(key, l.m, l.hdr)
+		a.meta.put(key, l.m, l.hdr, nil)
 	case errors.Is(err, ErrNotFound):
-		a.meta.put(key, nil, format.Header{})
+		a.meta.put(key, nil, format.Header{}, nil)
 	}
 }
 
@@ -485,7 +485,7 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 			a.meta.forget(key)
 			return
 		}
-		a.meta.put(key, m, *written)
+		a.meta.put(key, m, *written, value)
 	}()
 	n := splitsFor(m, len(value))
 	if m.Tolerates() == 0 {
@@ -694,11 +694,12 @@ func needsPayload(m mechanism.Mechanism) bool {
 }
 
 // previous returns what key holds, as store needs it: from the metadata
-// cache when it knows the key and neither m nor the key's mechanism needs
-// the previous payload, else by locating it (one read of the primary).
+// cache when it knows the key has no value, or knows its value and neither
+// m nor the value's mechanism needs the previous payload; else by
+// locating it (one read of the primary).
 // nil: nothing readable to update.
 func (a *Array) previous(ctx context.Context, key []byte, m mechanism.Mechanism) (*located, error) {
-	if e, ok := a.meta.get(key); ok && !needsPayload(m) && (e.m == nil || !needsPayload(e.m)) {
+	if e, ok := a.meta.get(key); ok && (e.m == nil || !needsPayload(m) && !needsPayload(e.m)) {
 		if e.m == nil {
 			return nil, nil
 		}
@@ -829,6 +830,7 @@ func (a *Array) retrieveValue(ctx context.Context, key []byte) ([]byte, error) {
 		if uint64(len(v0)) != h0.ObjectLen {
 			return nil, fmt.Errorf("split 0 holds %d bytes of a %d-byte value in 1 split: %w", len(v0), h0.ObjectLen, format.ErrCorrupt)
 		}
+		a.meta.noteHead(key, h0.Version, v0)
 		return v0, nil
 	}
 	n, size := int(h0.Splits), int(h0.SplitLen)
@@ -864,6 +866,7 @@ func (a *Array) retrieveValue(ctx context.Context, key []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.meta.noteHead(key, h0.Version, out)
 	return out, nil
 }
 
@@ -880,7 +883,7 @@ func (a *Array) remove(ctx context.Context, key []byte) error {
 func (a *Array) removeValue(ctx context.Context, key []byte) (err error) {
 	defer func() {
 		if err == nil || errors.Is(err, ErrNotFound) {
-			a.meta.put(key, nil, format.Header{})
+			a.meta.put(key, nil, format.Header{}, nil)
 		} else {
 			a.meta.forget(key)
 		}

@@ -143,6 +143,9 @@ func (a *Array) retrieveRanges(ctx context.Context, key []byte, rs []Range) ([][
 	if a.knownAbsent(key) {
 		return nil, 0, ErrNotFound
 	}
+	if out, total, ok := a.meta.headRanges(key, rs); ok {
+		return out, total, nil
+	}
 	var want int64 // bytes asked for, at most peekMax+1
 	for _, r := range rs {
 		want = min(want+min(r.Len, peekMax+1), peekMax+1)
