@@ -320,10 +320,12 @@ func Create(ctx context.Context, devs []device.Device, opts ...Option) (*Array, 
 }
 
 // completeIfEmpty makes the metadata cache complete (see metaCache) when
-// no device holds anything but the array's header: every value the array
-// will hold is then one it stores. Any doubt (a device not healthy or that
-// cannot list its keys, any other key) leaves it as it is. It stops at a
-// device's first such key, so it costs next to nothing on an array in use.
+// no device holds anything but the array's own metadata (KindArray: the
+// header, resync records, a rebuild checkpoint, Packing's log, which only
+// comes with parities): every value the array will hold is then one it
+// stores. Any doubt (a device not healthy or that cannot list its keys,
+// any other key) leaves it incomplete. It stops at a device's first other
+// key, so it costs next to nothing on an array in use.
 func (a *Array) completeIfEmpty(ctx context.Context) {
 	if a.meta == nil {
 		return

@@ -104,20 +104,27 @@ func (r *rig) replace(i int) {
 // rounds as automatic resync does (a key of one device may need another
 // device back first). It returns the outcome per device it worked on.
 func (r *rig) heal() map[int]error {
+	out, _ := r.healReports()
+	return out
+}
+
+// healReports is heal with the report of each device's last heal.
+func (r *rig) healReports() (map[int]error, map[int]RebuildReport) {
 	var out map[int]error
+	var reps map[int]RebuildReport
 	for round := 0; round < 3; round++ {
-		out = map[int]error{}
+		out, reps = map[int]error{}, map[int]RebuildReport{}
 		for i := range r.mems {
 			if r.mems[i].Failed() {
 				continue
 			}
 			switch st := r.a.DeviceState(i); {
 			case st == mechanism.Rebuilding:
-				_, out[i] = r.a.Rebuild(context.Background(), i)
+				reps[i], out[i] = r.a.Rebuild(context.Background(), i)
 			case st == mechanism.Failed, r.a.env.MissedCount(i) > 0:
-				_, out[i] = r.a.Resync(context.Background(), i)
+				reps[i], out[i] = r.a.Resync(context.Background(), i)
 				if out[i] == nil && r.a.DeviceState(i) == mechanism.Rebuilding {
-					_, out[i] = r.a.Rebuild(context.Background(), i)
+					reps[i], out[i] = r.a.Rebuild(context.Background(), i)
 				}
 			}
 		}
@@ -125,7 +132,7 @@ func (r *rig) heal() map[int]error {
 			break
 		}
 	}
-	return out
+	return out, reps
 }
 
 // repairAll heals every device that answers, failing the test if one
