@@ -189,8 +189,34 @@ func TestCompleteMetaCache(t *testing.T) {
 	}); n != 0 {
 		t.Errorf("overwrites and reads of heads read the devices %d times", n)
 	}
-	if err := r.a.Delete(ctx, []byte("k1")); err != nil { // reads what it removes
+	if err := r.a.Delete(ctx, []byte("k1")); err != nil { // Packing reads the member it removes
 		t.Fatal(err)
+	}
+	// A delete of a value of another mechanism, or of a key with none,
+	// takes its header from the cache.
+	if n := reads(func() {
+		if err := r.a.Delete(ctx, []byte("k0")); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.a.Delete(ctx, []byte("nothing")); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("delete of a key never stored: %v, want ErrNotFound", err)
+		}
+		for i := range r.mems {
+			for _, kind := range []format.Kind{format.KindData, format.KindBank} {
+				if ok, _ := r.mems[i].Exist(ctx, format.Key([]byte("k0"), 0, kind)); ok {
+					t.Errorf("device %d still holds a piece (kind %d) of a deleted value", i, kind)
+				}
+			}
+		}
+		rangeIs("k0", Range{Len: 9}, nil)
+		r.mustStore("k0", big)
+	}); n != 0 {
+		t.Errorf("deletes of cached keys read the devices %d times", n)
+	}
+	for i := range r.mems {
+		if ok, _ := r.mems[i].Exist(ctx, format.Key([]byte("nothing"), 0, format.KindData)); ok {
+			t.Errorf("device %d holds a piece of a key never stored", i)
+		}
 	}
 	if n := reads(func() {
 		rangeIs("k1", Range{Len: 9}, nil)

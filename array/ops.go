@@ -699,11 +699,8 @@ func needsPayload(m mechanism.Mechanism) bool {
 // locating it (one read of the primary).
 // nil: nothing readable to update.
 func (a *Array) previous(ctx context.Context, key []byte, m mechanism.Mechanism) (*located, error) {
-	if e, ok := a.meta.get(key); ok && (e.m == nil || !needsPayload(m) && !needsPayload(e.m)) {
-		if e.m == nil {
-			return nil, nil
-		}
-		return &located{m: e.m, hdr: e.hdr}, nil
+	if l, known := a.cached(key, needsPayload(m)); known {
+		return l, nil
 	}
 	l, err := a.locate(ctx, a.key(key, 0))
 	switch {
@@ -888,7 +885,7 @@ func (a *Array) removeValue(ctx context.Context, key []byte) (err error) {
 			a.meta.forget(key)
 		}
 	}()
-	l, err := a.locate(ctx, a.key(key, 0))
+	l, err := a.toRemove(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -920,6 +917,35 @@ func (a *Array) removeValue(ctx context.Context, key []byte) (err error) {
 		}
 	}
 	return nil
+}
+
+// cached returns what the metadata cache knows of key's value, as a
+// store or a delete needs it: nil when the key has no value; known false
+// when it must be located (the cache does not know the key, or the value
+// is wanted with its payload, or its mechanism needs it to be released).
+func (a *Array) cached(key []byte, payload bool) (l *located, known bool) {
+	e, ok := a.meta.get(key)
+	switch {
+	case !ok:
+		return nil, false
+	case e.m == nil:
+		return nil, true
+	case payload || needsPayload(e.m):
+		return nil, false
+	}
+	return &located{m: e.m, hdr: e.hdr}, true
+}
+
+// toRemove returns key's value as a delete needs it: from the metadata
+// cache when it can tell (ErrNotFound: it has no value), else located.
+func (a *Array) toRemove(ctx context.Context, key []byte) (*located, error) {
+	if l, known := a.cached(key, false); known {
+		if l == nil {
+			return nil, ErrNotFound
+		}
+		return l, nil
+	}
+	return a.locate(ctx, a.key(key, 0))
 }
 
 // releaseInOrder runs fn for split 0, then for splits n-1 down to 1, one
