@@ -36,7 +36,7 @@ func WithMetaCache(n int) Option { return func(o *options) { o.metaCache = n } }
 // its parity) are never taken from here: only the header is kept.
 //
 // Complete. When the array was created, or opened, on devices that held
-// no value (emptyDevices), every key that has a value since was given it
+// no value (completeIfEmpty), every key that has a value since was given it
 // by this array, so it has an entry: a key the cache does not know has no
 // value, and neither a store nor a read of a new key reads the devices. A
 // forgotten key then keeps its entry, marked unknown (it may have a value:
