@@ -122,6 +122,14 @@ type deltaLog struct {
 	idle      *time.Timer
 	replaying bool
 	closed    bool
+
+	// folding counts the folds whose segment deletes are still in flight
+	// (a fold drops its entries under mu, then deletes outside it);
+	// folded is signalled, under mu, when it falls to zero. Settle waits
+	// for them, so that when it returns every segment a fold released,
+	// its own or a background replay's, is gone.
+	folding int
+	folded  sync.Cond
 }
 
 type segRef struct {
@@ -140,8 +148,10 @@ type pendingAppend struct {
 }
 
 func newDeltaLog(n int) *deltaLog {
-	return &deltaLog{sets: map[uint64][]*logEntry{}, segs: map[segRef]*segment{},
+	l := &deltaLog{sets: map[uint64][]*logEntry{}, segs: map[segRef]*segment{},
 		queues: make([]appendQueue, n), loaded: make([]bool, n)}
+	l.folded.L = &l.mu
+	return l
 }
 
 // ---- encoding ----
@@ -440,11 +450,26 @@ func (m *Mechanism) fold(ctx context.Context, set, v uint64) {
 	} else if n > 0 {
 		l.sets[set] = slices.Clone(es[n:])
 	}
+	l.folding++
 	l.mu.Unlock()
 	// A delete that fails leaves a segment whose entries are older than
 	// their parities: loaded again at the next open, they are skipped and
 	// folded by the next replay.
 	m.env.Do(context.WithoutCancel(ctx), del)
+	l.mu.Lock()
+	if l.folding--; l.folding == 0 {
+		l.folded.Broadcast()
+	}
+	l.mu.Unlock()
+}
+
+// waitFolds waits until no fold is deleting segments.
+func (l *deltaLog) waitFolds() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.folding > 0 {
+		l.folded.Wait()
+	}
 }
 
 // ---- loading ----
@@ -776,6 +801,9 @@ func (m *Mechanism) Settle(ctx context.Context) error {
 	for _, set := range m.log.oldestSets() {
 		errs = append(errs, m.Replay(ctx, set))
 	}
+	// A background replay may have folded a set just before: its
+	// segment deletes may still be in flight.
+	m.log.waitFolds()
 	return errors.Join(errs...)
 }
 
