@@ -1,7 +1,6 @@
 package array
 
 import (
-	"bytes"
 	"container/list"
 	"sync"
 
@@ -151,27 +150,21 @@ func (c *metaCache) noteHead(key []byte, v uint64, value []byte) {
 	}
 }
 
-// headRanges returns the ranges rs of key's value and its length from the
-// cache, when it knows the value and its head covers every range.
-func (c *metaCache) headRanges(key []byte, rs []Range) ([][]byte, int64, bool) {
-	e, ok := c.get(key)
-	if !ok || e.m == nil || e.headN < 0 {
+// headRanges returns the ranges rs of e's value and its length from its
+// head, when e knows a value and its head covers every range.
+func (e *metaEntry) headRanges(rs []Range) ([][]byte, int64, bool) {
+	if e.m == nil || e.headN < 0 {
 		return nil, 0, false
 	}
 	total := int64(e.hdr.ObjectLen)
-	out := make([][]byte, len(rs))
-	for i, r := range rs {
+	for _, r := range rs {
 		lo := min(r.Off, total)
-		hi := lo + min(r.Len, total-lo)
-		if hi > int64(e.headN) {
+		if lo+min(r.Len, total-lo) > int64(e.headN) {
 			return nil, 0, false
 		}
-		out[i] = bytes.Clone(e.head[lo:hi])
-		if out[i] == nil {
-			out[i] = []byte{}
-		}
 	}
-	return out, total, true
+	// Every range ends within the head: cut from it as from the value.
+	return sliceRanges(e.head[:e.headN], rs), total, true
 }
 
 // forget drops what the cache knows of key. While the cache is complete

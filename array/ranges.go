@@ -140,11 +140,13 @@ func (a *Array) retrieveRanges(ctx context.Context, key []byte, rs []Range) ([][
 			return sliceRanges(v, rs), int64(len(v)), nil
 		}
 	}
-	if a.knownAbsent(key) {
-		return nil, 0, ErrNotFound
-	}
-	if out, total, ok := a.meta.headRanges(key, rs); ok {
-		return out, total, nil
+	if e, known := a.meta.get(key); known {
+		if e.m == nil {
+			return nil, 0, ErrNotFound
+		}
+		if out, total, ok := e.headRanges(rs); ok {
+			return out, total, nil
+		}
 	}
 	var want int64 // bytes asked for, at most peekMax+1
 	for _, r := range rs {
