@@ -44,7 +44,7 @@ type scanned struct {
 // iterate in order has its matching keys collected and sorted first:
 // O(keys) memory and work for it alone. The first error is left in
 // *errp. want may run on another goroutine than the iteration's.
-func (a *Array) sortedScan(ctx context.Context, d int, prefix, start []byte, values bool, want func([]byte) device.Want, errp *error) iter.Seq[scanEntry] {
+func (a *Array) sortedScan(ctx context.Context, d int, prefix, start []byte, values bool, want func([]byte, device.Tag) device.Want, errp *error) iter.Seq[scanEntry] {
 	dev := a.env.Device(d)
 	return func(yield func(scanEntry) bool) {
 		ordered, err := device.IsOrdered(ctx, dev)
@@ -56,7 +56,7 @@ func (a *Array) sortedScan(ctx context.Context, d int, prefix, start []byte, val
 			values = false
 		}
 		if !ordered {
-			keys, err := device.SortedKeys(ctx, dev, prefix, start, func(k []byte) bool { return want(k) != device.Skip })
+			keys, err := device.SortedKeys(ctx, dev, prefix, start, func(k []byte) bool { return want(k, 0) != device.Skip })
 			if err != nil {
 				*errp = fmt.Errorf("device %d (%s): %w", d, a.env.Name(d), err)
 				return
@@ -82,7 +82,7 @@ func (a *Array) sortedScan(ctx context.Context, d int, prefix, start []byte, val
 			err = device.ScanFiltered(ctx, dev, prefix, start, want, each)
 		} else {
 			err = device.Scan(ctx, dev, prefix, start, false, func(k, v []byte) error {
-				if want(k) == device.Skip {
+				if want(k, 0) == device.Skip {
 					return nil
 				}
 				return each(k, nil)

@@ -396,8 +396,24 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 	// header of one piece tells its value's mechanism and version; see
 	// restoreScanned).
 	place := a.env.Placement()
-	want := func(d int) func([]byte) device.Want {
-		return func(k []byte) device.Want {
+	readerOf := func(key mechanism.Key) int {
+		for j := range n {
+			if at := place.At(key, j); reader[at] {
+				return at
+			}
+		}
+		return -1
+	}
+	// notOn reports whether a piece of split key whose tag names its
+	// mechanism (format.Tag) says that the split has no piece on i: that
+	// mechanism's span of the split does not reach i (see onDevice).
+	notOn := func(key mechanism.Key, tag device.Tag) bool {
+		rm, ok := format.TagRM(uint8(tag))
+		m, known := a.byRM[rm]
+		return ok && known && place.Offset(key, i) >= m.Width()
+	}
+	want := func(d int) func([]byte, device.Tag) device.Want {
+		return func(k []byte, tag device.Tag) device.Want {
 			user, split, kind, err := format.ParseKey(k)
 			if err != nil || !format.HoldsPiece(kind) {
 				return device.Skip
@@ -406,15 +422,12 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 			if place.Offset(key, i) >= w {
 				return device.Skip
 			}
-			for j := range n {
-				if at := place.At(key, j); reader[at] {
-					if at == d {
-						return device.KeyValue
-					}
-					return device.KeyOnly
-				}
+			if readerOf(key) != d || notOn(key, tag) {
+				// A reader's piece whose tag shows it needs no
+				// restore is declined: left unread (see flush).
+				return device.KeyOnly
 			}
-			return device.KeyOnly
+			return device.KeyValue
 		}
 	}
 	var srcs []iter.Seq[scanEntry]
@@ -451,32 +464,49 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 	// (mechanism.Banked) shows as two neighbouring keys, its data key
 	// (the primary's piece) and its bank key: they make one item.
 	var pending *healItem
-	var pendingKnown bool
+	// pendingOK: every piece read decoded; declined: the reader left its
+	// piece unread, its tag showing that its mechanism puts none on i.
+	var pendingOK, declined bool
 	flush := func() bool {
 		it := pending
 		pending = nil
 		if it == nil {
 			return true
 		}
-		if pendingKnown {
-			if !a.onDevice(it.user, it.split, it.hdr, i) {
-				return true
-			}
-			it.scan.pieces = absent(it.scan.pieces, it.scan.unread)
-		} else {
+		switch {
+		case declined && pendingOK && (it.hdr == nil || !a.onDevice(it.user, it.split, it.hdr, i)):
+			// Whichever is newest, the declined piece or the newest
+			// read, says no piece on i: what reading the reader's
+			// value would have decided.
+			return true
+		case declined, !pendingOK || it.hdr == nil:
+			// Unknown (a read piece that may be older than a
+			// declined one says otherwise, or no header): the
+			// repair locates the key itself.
 			it.hdr, it.scan = nil, nil
+		case !a.onDevice(it.user, it.split, it.hdr, i):
+			return true
+		default:
+			it.scan.pieces = absent(it.scan.pieces, it.scan.unread)
 		}
 		return emit(*it)
 	}
 	for m := range merge.Sorted(srcs) {
 		var hdr *format.Header
-		known := true
+		known, refused := true, false
 		user, split, kind, _ := format.ParseKey(m.Key)
 		pieces := make([]mechanism.Piece, 0, len(m.Entries))
 		var unread []mechanism.Piece
+		rd := -2 // the key's reader, once an unread piece asks
 		for _, e := range m.Entries {
 			p := mechanism.Piece{Dev: e.Val.dev, Bank: kind == format.KindBank}
 			if e.Val.unread {
+				if rd == -2 {
+					rd = readerOf(a.key(user, a.logical(split)))
+				}
+				// The reader is asked for its value unless it
+				// declines (want).
+				refused = refused || e.Val.dev == rd
 				unread = append(unread, p)
 				continue
 			}
@@ -497,7 +527,7 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 			if hdr != nil && (pending.hdr == nil || hdr.Version > pending.hdr.Version) {
 				pending.hdr = hdr
 			}
-			pendingKnown = pendingKnown && known
+			pendingOK, declined = pendingOK && known, declined || refused
 			continue
 		}
 		if !flush() {
@@ -505,7 +535,7 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 		}
 		pending = &healItem{user: user, split: split, onlyFor: i, at: m.Key, hdr: hdr,
 			scan: &scanRead{pieces: pieces, unread: unread, watch: watch, gen: gen}}
-		pendingKnown = known && hdr != nil
+		pendingOK, declined = known, refused
 	}
 	if !flush() {
 		return ctx.Err()

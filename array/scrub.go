@@ -157,7 +157,7 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 // iteration ends. It holds a few keys at a time, whatever the number of
 // keys.
 func (a *Array) scrubKeys(ctx context.Context, pieces bool, errp *error) iter.Seq[healItem] {
-	want := func(k []byte) device.Want {
+	want := func(k []byte, _ device.Tag) device.Want {
 		_, _, kind, err := format.ParseKey(k)
 		if err != nil || kind == format.KindArray || format.HoldsPiece(kind) != pieces {
 			return device.Skip

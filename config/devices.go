@@ -107,7 +107,7 @@ func openDevices(cfg *Config, create bool) ([]device.Device, []error) {
 		switch sp.kind {
 		case "pebble":
 			open := func() (*pebble.Device, error) {
-				return pebble.Open(sp.arg, pebble.WithCreate(create), pebble.WithLimits(limits), pebble.WithCapacity(capacity), pebble.WithCacheSize(int64(c.Device.Cache)))
+				return pebble.Open(sp.arg, pebble.WithCreate(create), pebble.WithLimits(limits), pebble.WithCapacity(capacity), pebble.WithCacheSize(int64(c.Device.Cache)), pebble.WithTagger(pieceTag))
 			}
 			d, err := open()
 			// A holder that is exiting (a restart overlapping the old
@@ -274,3 +274,8 @@ func OpenConfig(ctx context.Context, cfg *Config) (*array.Array, error) {
 	}
 	return a, nil
 }
+
+// pieceTag tags each value of a Pebble device with its piece's mechanism
+// (format.Tag), so that a rebuild's scan skips reading the pieces whose
+// mechanism puts none on the lost device.
+func pieceTag(value []byte) device.Tag { return device.Tag(format.Tag(value)) }

@@ -77,6 +77,21 @@ const (
 	KeyValue // handed out with its value
 )
 
+// A Tag summarises a value in 3 bits, as the device's Tagger computed it
+// when the value was stored; 0 is unknown. A device that keeps values
+// apart from keys can keep the tag beside the key (Pebble's short
+// attribute), so that a filtered scan tells a value's tag without reading
+// the value.
+type Tag uint8
+
+// MaxTag is the largest Tag.
+const MaxTag Tag = 7
+
+// A Tagger computes a value's Tag (at most MaxTag). It must be a pure
+// function of the value's bytes, and the same for as long as the data
+// lives: a device may store the tags it computed.
+type Tagger func(value []byte) Tag
+
 // FilterScanner is an optional interface of Scanners that can skip the
 // values of keys a caller does not need: on devices that keep values
 // apart from keys (Pebble's blob files), a value costs a read of its own,
@@ -85,19 +100,20 @@ type FilterScanner interface {
 	// ScanFiltered is Scan with values, except that want decides for
 	// each key whether fn sees it, and with its value or not; a value
 	// not handed out is not read. want sees each key once, in order,
-	// and must not keep it.
-	ScanFiltered(ctx context.Context, prefix, start []byte, want func(key []byte) Want, fn func(key, value []byte) error) error
+	// with its value's tag when the device knows it without reading the
+	// value (0 otherwise), and must not keep the key.
+	ScanFiltered(ctx context.Context, prefix, start []byte, want func(key []byte, tag Tag) Want, fn func(key, value []byte) error) error
 }
 
 // ScanFiltered is d's ScanFiltered when it implements FilterScanner, and
 // otherwise Scan with values, the skipped keys dropped after their values
-// were read (every value is read, and handed out).
-func ScanFiltered(ctx context.Context, d Device, prefix, start []byte, want func(key []byte) Want, fn func(key, value []byte) error) error {
+// were read (every value is read, and handed out; want sees tag 0).
+func ScanFiltered(ctx context.Context, d Device, prefix, start []byte, want func(key []byte, tag Tag) Want, fn func(key, value []byte) error) error {
 	if s, ok := d.(FilterScanner); ok {
 		return s.ScanFiltered(ctx, prefix, start, want, fn)
 	}
 	return Scan(ctx, d, prefix, start, true, func(k, v []byte) error {
-		if want(k) == Skip {
+		if want(k, 0) == Skip {
 			return nil
 		}
 		return fn(k, v)

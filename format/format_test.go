@@ -168,3 +168,28 @@ func BenchmarkDecode4K(b *testing.B) {
 		}
 	}
 }
+
+// TestTag: a value's tag carries its RM id through TagRM, for every RM id a
+// tag can hold; anything else tags 0, which TagRM refuses.
+func TestTag(t *testing.T) {
+	for rm := range RM(10) {
+		h := Header{RM: rm, Splits: 1, SplitLen: 3, ObjectLen: 3, Version: 7}
+		tag := Tag(Encode(&h, []byte("abc")))
+		got, ok := TagRM(tag)
+		if rm <= maxTagged && (!ok || got != rm || tag > 7) {
+			t.Errorf("RM %d: tag %d, TagRM %d %v", rm, tag, got, ok)
+		}
+		if rm > maxTagged && (tag != 0 || ok) {
+			t.Errorf("RM %d: tag %d, TagRM %v", rm, tag, ok)
+		}
+	}
+	enc := Encode(&Header{RM: RMReplication, Splits: 1, SplitLen: 1, ObjectLen: 1, Version: 1}, []byte("x"))
+	for _, b := range [][]byte{nil, enc[:HeaderLen-1], append([]byte("XV"), enc[2:]...), append([]byte{'K', 'V', Version + 1}, enc[3:]...)} {
+		if tag := Tag(b); tag != 0 {
+			t.Errorf("%q: tag %d, want 0", b, tag)
+		}
+	}
+	if _, ok := TagRM(0); ok {
+		t.Error("TagRM(0) says known")
+	}
+}

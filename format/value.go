@@ -179,3 +179,29 @@ func decodeHeader(b []byte, prefix bool) (Header, int, error) {
 	}
 	return h, n, nil
 }
+
+// maxTagged is the largest RM id a Tag can carry: tags have 3 bits
+// (device.MaxTag), and 0 means unknown.
+const maxTagged = 6
+
+// Tag returns the tag of internal value b for a device that keeps one
+// beside each key (device.Tag: Pebble keeps it with a value it separates
+// into a blob file): 1 + the RM id in b's header, read WITHOUT verifying
+// it, or 0 when b does not start with a header of this format version or
+// names an RM id past 6. A scan can then tell a piece's mechanism without
+// reading the piece. Part of the format: a device keeps the tags it
+// stored as long as their values.
+func Tag(b []byte) uint8 {
+	if len(b) < HeaderLen || b[0] != magic0 || b[1] != magic1 || b[2] != Version || b[3] > maxTagged {
+		return 0
+	}
+	return b[3] + 1
+}
+
+// TagRM returns the RM id a tag from Tag carries; false for 0 (unknown).
+func TagRM(tag uint8) (RM, bool) {
+	if tag == 0 || tag > maxTagged+1 {
+		return 0, false
+	}
+	return RM(tag - 1), true
+}

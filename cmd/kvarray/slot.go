@@ -55,7 +55,7 @@ func (s *slot) Scan(ctx context.Context, prefix, start []byte, values bool, fn f
 }
 
 // ScanFiltered implements device.FilterScanner.
-func (s *slot) ScanFiltered(ctx context.Context, prefix, start []byte, want func(key []byte) device.Want, fn func(key, value []byte) error) error {
+func (s *slot) ScanFiltered(ctx context.Context, prefix, start []byte, want func(key []byte, tag device.Tag) device.Want, fn func(key, value []byte) error) error {
 	return device.ScanFiltered(ctx, s.dev(), prefix, start, want, fn)
 }
 

@@ -100,6 +100,7 @@ type options struct {
 	timeout  time.Duration
 	fs       vfs.FS
 	cache    int64
+	tagger   device.Tagger
 }
 
 // WithCreate lets Open create the directory and the database when they do
@@ -121,6 +122,14 @@ const DefaultTimeout = 30 * time.Second
 // runs in the background) may take before the device is marked failed;
 // zero means DefaultTimeout.
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithTagger gives the device the function that tags its values (see
+// device.Tag): ScanFiltered hands each key's tag to its want. Pebble keeps
+// the tag of a value it separates into a blob file beside the key (its
+// short attribute), so a scan tells it without reading the value. The
+// tags stored are tagger's: a device must be opened with the same tagger,
+// or none, for as long as its data lives.
+func WithTagger(tagger device.Tagger) Option { return func(o *options) { o.tagger = tagger } }
 
 // DefaultCacheSize is the cache of a device opened without WithCacheSize:
 // Pebble's default size.
@@ -149,6 +158,7 @@ type Device struct {
 	capacity int64
 	timeout  time.Duration
 	h        *health
+	tagger   device.Tagger // nil: no tags (see WithTagger)
 
 	// corruptions counts corrupt blocks Pebble reported.
 	corruptions atomic.Int64
@@ -227,6 +237,7 @@ func Open(dir string, opts ...Option) (*Device, error) {
 		h:         newHealth(),
 		stopProbe: make(chan struct{}),
 		probeDone: make(chan struct{}),
+		tagger:    o.tagger,
 	}
 	d.idle.L = &d.gate
 	popts := tuned(&pdb.Options{
@@ -236,6 +247,11 @@ func Open(dir string, opts ...Option) (*Device, error) {
 		FS:               guardFS{FS: o.fs, h: d.h},
 		CacheSize:        cmp.Or(o.cache, DefaultCacheSize),
 	})
+	if o.tagger != nil {
+		popts.Experimental.ShortAttributeExtractor = func(_ []byte, _ int, value []byte) (pdb.ShortAttribute, error) {
+			return pdb.ShortAttribute(d.tagOf(value)), nil
+		}
+	}
 	// Pebble's disk health checks, over the guard, report a write stuck
 	// in the kernel (DiskSlow) even when no caller waits on it.
 	popts.WithFSDefaults()

@@ -25,12 +25,40 @@ func (d *Device) Scan(ctx context.Context, prefix, start []byte, values bool, fn
 // ScanFiltered implements device.FilterScanner: a separated value
 // (tuning.go: 1 KiB and more) that want does not ask for stays unread in
 // its blob file; a value kept inline in the key's table is handed out.
-func (d *Device) ScanFiltered(ctx context.Context, prefix, start []byte, want func(key []byte) device.Want, fn func(key, value []byte) error) error {
+// With a Tagger (WithTagger), want sees the tag of every value: an inline
+// value's computed from it, a separated value's from its blob reference,
+// where Pebble keeps it as the value's short attribute (0 for a value
+// separated before the device had a Tagger).
+func (d *Device) ScanFiltered(ctx context.Context, prefix, start []byte, want func(key []byte, tag device.Tag) device.Want, fn func(key, value []byte) error) error {
 	return d.scan(ctx, prefix, start, true, want, fn)
 }
 
+// tag is the tag of the value lv, as ScanFiltered hands it to want.
+func (d *Device) tag(lv pdb.LazyValue) device.Tag {
+	if d.tagger == nil {
+		return 0 // the attributes stored are no one's to interpret
+	}
+	if lv.Fetcher == nil {
+		return d.tagOf(lv.ValueOrHandle)
+	}
+	attr, _ := lv.TryGetShortAttribute()
+	return device.Tag(attr)
+}
+
+// tagOf is the tagger's tag of value: 0 without a tagger, or for a tag
+// past device.MaxTag.
+func (d *Device) tagOf(value []byte) device.Tag {
+	if d.tagger == nil {
+		return 0
+	}
+	if t := d.tagger(value); t <= device.MaxTag {
+		return t
+	}
+	return 0
+}
+
 // scan is Scan, filtered by want when it is not nil (see ScanFiltered).
-func (d *Device) scan(ctx context.Context, prefix, start []byte, values bool, want func([]byte) device.Want, fn func(key, value []byte) error) error {
+func (d *Device) scan(ctx context.Context, prefix, start []byte, values bool, want func([]byte, device.Tag) device.Want, fn func(key, value []byte) error) error {
 	if err := d.enter(ctx); err != nil {
 		return d.errorf("scan %q: %w", prefix, err)
 	}
@@ -53,12 +81,12 @@ func (d *Device) scan(ctx context.Context, prefix, start []byte, values bool, wa
 		}
 		read := values
 		if want != nil {
-			switch want(it.Key()) {
+			lv := it.LazyValue()
+			switch want(it.Key(), d.tag(lv)) {
 			case device.Skip:
 				continue
 			case device.KeyOnly:
 				// A value kept inline was read with the key.
-				lv := it.LazyValue()
 				read = lv.Fetcher == nil
 			}
 		}

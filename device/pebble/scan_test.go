@@ -43,7 +43,7 @@ func TestScanFiltered(t *testing.T) {
 		t.Fatal(err)
 	}
 	wants := []device.Want{device.Skip, device.KeyOnly, device.KeyValue}
-	want := func(k []byte) device.Want {
+	want := func(k []byte, _ device.Tag) device.Want {
 		var i int
 		_, _ = fmt.Sscanf(string(k), "key-%d", &i)
 		return wants[(i/2)%3]
@@ -54,7 +54,7 @@ func TestScanFiltered(t *testing.T) {
 		var i int
 		_, _ = fmt.Sscanf(string(k), "key-%d", &i)
 		small := i%2 == 1
-		switch w := want(k); {
+		switch w := want(k, 0); {
 		case w == device.Skip:
 			t.Errorf("%s: skipped, handed out", k)
 		case w == device.KeyValue || small:
@@ -72,6 +72,82 @@ func TestScanFiltered(t *testing.T) {
 	if seen != 20 {
 		t.Fatalf("%d keys handed out, want 20", seen)
 	}
+}
+
+// TestScanFilteredTags: with a tagger, want sees each value's tag
+// without its value being read. Invariants: a separated value's tag (kept
+// by Pebble beside the key when it flushed) and an inline or unflushed
+// value's (computed from it) are the tagger's, across a reopen; a tag past
+// device.MaxTag is 0, unknown; without a tagger every tag is 0.
+func TestScanFilteredTags(t *testing.T) {
+	dir := t.TempDir()
+	tagger := func(v []byte) device.Tag { return device.Tag(v[0] - '0') }
+	d, err := Open(dir, WithCreate(true), WithTagger(tagger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	value := func(i int) []byte {
+		v := []byte{byte('0' + i%9)} // tags 0 to 8: 8 is past MaxTag
+		if i%3 != 0 {
+			v = append(v, bytes.Repeat([]byte("v"), 4096)...) // separated when flushed
+		}
+		return v
+	}
+	store := func(from, to int) {
+		for i := from; i < to; i++ {
+			if err := d.Store(ctx, fmt.Appendf(nil, "key-%02d", i), value(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(d *Device, tagged bool) {
+		t.Helper()
+		got := map[string]device.Tag{}
+		err := d.ScanFiltered(ctx, nil, nil, func(k []byte, tag device.Tag) device.Want {
+			got[string(k)] = tag
+			return device.KeyOnly
+		}, func(k, v []byte) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 36 {
+			t.Fatalf("%d keys seen, want 36", len(got))
+		}
+		for i := range 36 {
+			want := device.Tag(i % 9)
+			if want > device.MaxTag || !tagged {
+				want = 0
+			}
+			if k := fmt.Sprintf("key-%02d", i); got[k] != want {
+				t.Errorf("%s: tag %d, want %d", k, got[k], want)
+			}
+		}
+	}
+	store(0, 18)
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	store(18, 36) // in the memtable
+	check(d, true)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = Open(dir, WithTagger(tagger)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	check(d, true)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = d.Close() }()
+	check(d, false)
 }
 
 // TestCloseClosesCursors: a cursor left open does not keep the device
