@@ -105,9 +105,16 @@ func TestRebuildCrashResumes(t *testing.T) {
 	if rep.Skipped == 0 {
 		t.Fatal("the rebuild started over: no checkpoint survived the crash")
 	}
-	after := pieces(t, devs[2])
+	checkRebuilt(t, a, before, devs[2], vals)
+}
+
+// checkRebuilt checks that rebuilt device d holds exactly the pieces
+// before lists, byte for byte, and that every value of vals reads back.
+func checkRebuilt(t *testing.T, a *array.Array, before map[string][]byte, d device.Device, vals map[string][]byte) {
+	t.Helper()
+	after := pieces(t, d)
 	if len(after) != len(before) {
-		t.Fatalf("device 2 held %d pieces, holds %d after the rebuild", len(before), len(after))
+		t.Fatalf("the rebuilt device held %d pieces, holds %d after the rebuild", len(before), len(after))
 	}
 	for k, v := range before {
 		if !bytes.Equal(after[k], v) {
@@ -115,7 +122,7 @@ func TestRebuildCrashResumes(t *testing.T) {
 		}
 	}
 	for k, v := range vals {
-		got, err := a.Retrieve(ctx, []byte(k))
+		got, err := a.Retrieve(context.Background(), []byte(k))
 		if err != nil || !bytes.Equal(got, v) {
 			t.Fatalf("%s: %d bytes, %v", k, len(got), err)
 		}

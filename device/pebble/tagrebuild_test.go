@@ -127,20 +127,6 @@ func rebuildBlobReads(t *testing.T, tagged bool) int64 {
 	if rep.Failed != 0 {
 		t.Fatalf("%d keys failed: %v", rep.Failed, rep.Errors)
 	}
-	after := pieces(t, fresh)
-	if len(after) != len(before) {
-		t.Fatalf("device 2 held %d pieces, holds %d after the rebuild", len(before), len(after))
-	}
-	for k, v := range before {
-		if !bytes.Equal(after[k], v) {
-			t.Fatalf("piece %q differs after the rebuild", k)
-		}
-	}
-	for k, v := range vals {
-		got, err := a.Retrieve(ctx, []byte(k))
-		if err != nil || !bytes.Equal(got, v) {
-			t.Fatalf("%s: %d bytes, %v", k, len(got), err)
-		}
-	}
+	checkRebuilt(t, a, before, fresh, vals)
 	return n
 }
