@@ -221,7 +221,7 @@ var errInFlight = errors.New("in flight at the crash")
 func newCrashMems() []*mem.Device {
 	var mems []*mem.Device
 	for i := 0; i < 6; i++ {
-		mems = append(mems, mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)), mem.WithLimits(crashLimits)))
+		mems = append(mems, mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)), mem.WithLimits(crashLimits), mem.WithTagger(pieceTag)))
 	}
 	return mems
 }

@@ -58,13 +58,25 @@ func newFaultRig(t testing.TB, inject func(i int, m *mem.Device) faultdev.Inject
 	}, opts...)
 }
 
+// pieceTag tags each piece with its mechanism, as the config has Pebble
+// devices do: the rigs' mem devices then keep values apart from keys, and
+// a rebuild's scan works from the tags (see scanItems).
+func pieceTag(v []byte) device.Tag { return device.Tag(format.Tag(v)) }
+
 // newRigWrapped creates the array over n mem devices, each as wrap
 // returns it.
 func newRigWrapped(t testing.TB, n int, l device.Limits, wrap func(i int, m *mem.Device) device.Device, opts ...Option) *rig {
 	t.Helper()
+	return newRigOf(t, n, []mem.Option{mem.WithLimits(l), mem.WithTagger(pieceTag)}, wrap, opts...)
+}
+
+// newRigOf creates the array over n mem devices made with memOpts, each
+// as wrap returns it.
+func newRigOf(t testing.TB, n int, memOpts []mem.Option, wrap func(i int, m *mem.Device) device.Device, opts ...Option) *rig {
+	t.Helper()
 	r := &rig{t: t, opts: opts}
 	for i := range n {
-		m := mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)), mem.WithLimits(l))
+		m := mem.New(append([]mem.Option{mem.WithName(fmt.Sprintf("mem:dev%d", i))}, memOpts...)...)
 		r.mems = append(r.mems, m)
 		r.devs = append(r.devs, wrap(i, m))
 	}

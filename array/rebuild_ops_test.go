@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/device/mem"
 	"github.com/kvarray/kvarray/format"
 )
 
@@ -38,26 +40,34 @@ func (r *rig) devOps() int64 {
 
 // TestRebuildOpsPerPiece: a rebuild of a replaced device restores exactly
 // the pieces it held (same internal keys, every value reading back), and
-// costs few device operations per restored piece. Invariant: every
-// acknowledged value reads back unchanged after the rebuild, and the
-// rebuilt device holds the same set of pieces as before it was lost.
+// costs few device operations per restored piece, on devices that hand
+// out values with their keys and on devices that keep them apart and tag
+// them (as Pebble does: "apart"). Invariant: every acknowledged value
+// reads back unchanged after the rebuild, and the rebuilt device holds
+// the same set of pieces as before it was lost.
 func TestRebuildOpsPerPiece(t *testing.T) {
 	configs := []struct {
-		name string
-		opts []Option
-		size int
+		name  string
+		opts  []Option
+		size  int
+		apart bool
 		// Device operations per restored piece, at most. Replication:
 		// the copy written from the copies the scan read (reading them
 		// again, when the key changed meanwhile, makes 3). Splitting: the
-		// shard rebuilt from the other shards the scan read, written.
+		// shard rebuilt from the other shards the scan read, written
+		// (apart: the k-1 shards the scan did not read are read).
 		// Packing: the member located, its set's pieces read.
 		max float64
 	}{
-		{"replication", []Option{everyMechanism(), WithDefault("replication")}, 1000, 1},
-		{"hybrid-replication", hybridAll(), 1000, 1},
-		{"splitting", []Option{everyMechanism(), WithDefault("splitting")}, 1000, 1},
-		{"packing", []Option{everyMechanism(), WithDefault("packing")}, 1000, 12},
-		{"hybrid-mixed", hybridAll(), 0, 5},
+		{"replication", []Option{everyMechanism(), WithDefault("replication")}, 1000, false, 1},
+		{"hybrid-replication", hybridAll(), 1000, false, 1},
+		{"splitting", []Option{everyMechanism(), WithDefault("splitting")}, 1000, false, 1},
+		{"packing", []Option{everyMechanism(), WithDefault("packing")}, 1000, false, 12},
+		{"hybrid-mixed", hybridAll(), 0, false, 5},
+		{"replication-apart", []Option{everyMechanism(), WithDefault("replication")}, 1000, true, 1},
+		{"hybrid-replication-apart", hybridAll(), 1000, true, 1},
+		{"splitting-apart", []Option{everyMechanism(), WithDefault("splitting")}, 1000, true, 5},
+		{"hybrid-mixed-apart", hybridAll(), 0, true, 7},
 	}
 	// Once per rebuild, not per piece: the checkpoint read, the header
 	// write that ends the rebuild, the checkpoint's delete.
@@ -65,7 +75,11 @@ func TestRebuildOpsPerPiece(t *testing.T) {
 	const n = 300
 	for _, c := range configs {
 		t.Run(c.name, func(t *testing.T) {
-			r := newRig(t, 6, c.opts...)
+			memOpts := []mem.Option{}
+			if c.apart {
+				memOpts = append(memOpts, mem.WithTagger(pieceTag))
+			}
+			r := newRigOf(t, 6, memOpts, func(_ int, m *mem.Device) device.Device { return m }, c.opts...)
 			rng := newRand(t)
 			vals := map[string][]byte{}
 			for i := range n {

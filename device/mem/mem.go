@@ -50,6 +50,7 @@ type options struct {
 	perf     Perf
 	now      func() time.Time
 	sleep    func(context.Context, time.Duration) error
+	tagger   device.Tagger
 }
 
 // WithName sets the name reported by Info and used in error messages.
@@ -65,6 +66,14 @@ func WithCapacity(bytes int64) Option { return func(o *options) { o.capacity = b
 // WithPerf sets the speed model. The zero Perf, the default, is as fast as
 // the host.
 func WithPerf(p Perf) Option { return func(o *options) { o.perf = p } }
+
+// WithTagger makes the device keep its values apart from their keys, as
+// Pebble keeps values in blob files: its filtered scan (ScanFiltered)
+// hands want each value's tag, and leaves the value of a key want says
+// device.KeyOnly for unread (nil), so that tests of what a caller does
+// with tags and unread values run on the emulator. Without a tagger every
+// tag is 0 and every value is handed out, being at hand.
+func WithTagger(t device.Tagger) Option { return func(o *options) { o.tagger = t } }
 
 // withClock replaces the clock and the sleep of the speed model, so tests
 // can check what the model charges without depending on the host's timers.
@@ -94,6 +103,7 @@ type Device struct {
 	bytesBucket *bucket // nil: unlimited
 	now         func() time.Time
 	sleep       func(context.Context, time.Duration) error
+	tagger      device.Tagger // nil: values at hand (WithTagger)
 
 	mu     sync.RWMutex
 	tree   *btree.BTreeG[entry]
@@ -146,6 +156,7 @@ func New(opts ...Option) *Device {
 		bytesBucket: newBucket(o.perf.BytesPerSec, start),
 		now:         o.now,
 		sleep:       o.sleep,
+		tagger:      o.tagger,
 		tree:        btree.NewG(btreeDegree, lessEntry),
 	}
 }

@@ -7,13 +7,40 @@ import (
 	"github.com/kvarray/kvarray/device"
 )
 
-var _ device.Scanner = (*Device)(nil)
+var (
+	_ device.Scanner       = (*Device)(nil)
+	_ device.FilterScanner = (*Device)(nil)
+)
 
 // Scan implements device.Scanner as Iterate does: a chunk at a time, with
 // no lock held while fn runs. It counts as one iteration in Stats (the
 // values it hands out are not counted as retrieves), and the speed model
 // charges the values' bytes.
 func (d *Device) Scan(ctx context.Context, prefix, start []byte, values bool, fn func(key, value []byte) error) error {
+	return d.scan(ctx, prefix, start, values, nil, fn)
+}
+
+// ScanFiltered implements device.FilterScanner. With a tagger
+// (WithTagger), want sees each value's tag and a device.KeyOnly key is
+// handed out without its value; without one, want sees tag 0 and every
+// key it does not skip comes with its value.
+func (d *Device) ScanFiltered(ctx context.Context, prefix, start []byte, want func(key []byte, tag device.Tag) device.Want, fn func(key, value []byte) error) error {
+	return d.scan(ctx, prefix, start, true, want, fn)
+}
+
+// tag is the tagger's tag of value: 0 without a tagger, or past MaxTag.
+func (d *Device) tag(value []byte) device.Tag {
+	if d.tagger == nil {
+		return 0
+	}
+	if t := d.tagger(value); t <= device.MaxTag {
+		return t
+	}
+	return 0
+}
+
+// scan is Scan, filtered by want when it is not nil (see ScanFiltered).
+func (d *Device) scan(ctx context.Context, prefix, start []byte, values bool, want func([]byte, device.Tag) device.Want, fn func(key, value []byte) error) error {
 	d.iterates.Add(1)
 	if err := d.begin(ctx, nil, false); err != nil {
 		return d.errorf("scan %q: %w", prefix, err)
@@ -63,8 +90,19 @@ func (d *Device) Scan(ctx context.Context, prefix, start []byte, values bool, fn
 				return d.errorf("scan %q: %w", prefix, err)
 			}
 			key = append(key[:0], e.key...)
-			n += len(e.value)
-			if err := fn(key, e.value); err != nil {
+			v := e.value
+			if want != nil {
+				switch want(key, d.tag(v)) {
+				case device.Skip:
+					continue
+				case device.KeyOnly:
+					if d.tagger != nil {
+						v = nil // kept apart: not read
+					}
+				}
+			}
+			n += len(v)
+			if err := fn(key, v); err != nil {
 				return err
 			}
 		}
