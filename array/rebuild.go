@@ -228,8 +228,21 @@ type scanRead struct {
 	// unread: devices that hold a piece of the key whose value the scan
 	// did not read (one neighbour reads it: see scanItems).
 	unread []mechanism.Piece
+	// absent, when set, adds to pieces the devices the scan found to
+	// hold none (see scanItems): only a repair from the pieces read
+	// needs them, so they are made for it alone (a rebuild of 100k
+	// Replication copies allocated 380 MB making them for every key).
+	absent func(pieces, unread []mechanism.Piece) []mechanism.Piece
 	watch  *mechanism.Watch
 	gen    uint64
+}
+
+// have is every piece the scan learned of: read, or known absent.
+func (r *scanRead) have() []mechanism.Piece {
+	if r.absent == nil {
+		return r.pieces
+	}
+	return r.absent(slices.Clip(r.pieces), r.unread)
 }
 
 // repairerWith is implemented by mechanisms whose repair can reuse pieces
@@ -454,7 +467,8 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 	// absent completes the pieces of a key the scan read with the devices
 	// it scanned that hold none, under either key: as current as the
 	// pieces read (see scanCurrent), they spare the repair a read. A
-	// device whose scan failed says nothing.
+	// device whose scan failed (by the time the repair asks) says
+	// nothing.
 	absent := func(pieces []mechanism.Piece, unread []mechanism.Piece) []mechanism.Piece {
 		has := func(d int, bank bool) func(mechanism.Piece) bool {
 			return func(p mechanism.Piece) bool { return p.Dev == d && p.Bank == bank }
@@ -495,7 +509,7 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 		case !a.onDevice(it.user, it.split, it.hdr, i):
 			return true
 		default:
-			it.scan.pieces = absent(it.scan.pieces, it.scan.unread)
+			it.scan.absent = absent
 		}
 		return emit(*it)
 	}
@@ -911,7 +925,7 @@ func (a *Array) restoreScanned(ctx context.Context, it healItem) (int, int64, bo
 			n, err = rf.RestoreFrom(ctx, k, it.onlyFor, *from)
 		case reuses && current:
 			// The pieces not read (it.scan.unread) are read now.
-			n, err = rw.RepairWith(ctx, k, h, it.scan.pieces)
+			n, err = rw.RepairWith(ctx, k, h, it.scan.have())
 		default:
 			n, err = m.Repair(ctx, k, h)
 		}
