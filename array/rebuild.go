@@ -485,6 +485,17 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 	// A value whose pieces past the primary are under its bank key
 	// (mechanism.Banked) shows as two neighbouring keys, its data key
 	// (the primary's piece) and its bank key: they make one item.
+	// readerMissed reports whether the reader of it's key has a write of
+	// the key it missed on record: its piece, read or tagged, may be older
+	// than the key's value, and cannot say that i needs none of it.
+	readerMissed := func(it *healItem) bool {
+		rd := readerOf(a.key(it.user, a.logical(it.split)))
+		if rd < 0 || a.env.MissedCount(rd) == 0 {
+			return false
+		}
+		return a.env.Missing(rd, format.Key(it.user, it.split, format.KindData)) ||
+			a.env.Missing(rd, format.Key(it.user, it.split, format.KindBank))
+	}
 	var pending *healItem
 	// pendingOK: every piece read decoded; declined: the reader left its
 	// piece unread, its tag showing that its mechanism puts none on i.
@@ -496,7 +507,7 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 			return true
 		}
 		switch {
-		case declined && pendingOK && (it.hdr == nil || !a.onDevice(it.user, it.split, it.hdr, i)):
+		case declined && pendingOK && (it.hdr == nil || !a.onDevice(it.user, it.split, it.hdr, i)) && !readerMissed(it):
 			// Whichever is newest, the declined piece or the newest
 			// read, says no piece on i: what reading the reader's
 			// value would have decided.
@@ -507,7 +518,10 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 			// repair locates the key itself.
 			it.hdr, it.scan = nil, nil
 		case !a.onDevice(it.user, it.split, it.hdr, i):
-			return true
+			if !readerMissed(it) {
+				return true
+			}
+			it.hdr, it.scan = nil, nil
 		default:
 			it.scan.absent = absent
 		}
