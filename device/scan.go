@@ -92,6 +92,18 @@ const MaxTag Tag = 7
 // lives: a device may store the tags it computed.
 type Tagger func(value []byte) Tag
 
+// Of is t's tag of value: 0 when t is nil, or when it returns more than
+// MaxTag.
+func (t Tagger) Of(value []byte) Tag {
+	if t == nil {
+		return 0
+	}
+	if tag := t(value); tag <= MaxTag {
+		return tag
+	}
+	return 0
+}
+
 // FilterScanner is an optional interface of Scanners that can skip the
 // values of keys a caller does not need: on devices that keep values
 // apart from keys (Pebble's blob files), a value costs a read of its own,

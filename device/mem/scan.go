@@ -28,17 +28,6 @@ func (d *Device) ScanFiltered(ctx context.Context, prefix, start []byte, want fu
 	return d.scan(ctx, prefix, start, true, want, fn)
 }
 
-// tag is the tagger's tag of value: 0 without a tagger, or past MaxTag.
-func (d *Device) tag(value []byte) device.Tag {
-	if d.tagger == nil {
-		return 0
-	}
-	if t := d.tagger(value); t <= device.MaxTag {
-		return t
-	}
-	return 0
-}
-
 // scan is Scan, filtered by want when it is not nil (see ScanFiltered).
 func (d *Device) scan(ctx context.Context, prefix, start []byte, values bool, want func([]byte, device.Tag) device.Want, fn func(key, value []byte) error) error {
 	d.iterates.Add(1)
@@ -92,7 +81,7 @@ func (d *Device) scan(ctx context.Context, prefix, start []byte, values bool, wa
 			key = append(key[:0], e.key...)
 			v := e.value
 			if want != nil {
-				switch want(key, d.tag(v)) {
+				switch want(key, d.tagger.Of(v)) {
 				case device.Skip:
 					continue
 				case device.KeyOnly:

@@ -249,7 +249,7 @@ func Open(dir string, opts ...Option) (*Device, error) {
 	})
 	if o.tagger != nil {
 		popts.Experimental.ShortAttributeExtractor = func(_ []byte, _ int, value []byte) (pdb.ShortAttribute, error) {
-			return pdb.ShortAttribute(d.tagOf(value)), nil
+			return pdb.ShortAttribute(d.tagger.Of(value)), nil
 		}
 	}
 	// Pebble's disk health checks, over the guard, report a write stuck

@@ -39,22 +39,10 @@ func (d *Device) tag(lv pdb.LazyValue) device.Tag {
 		return 0 // the attributes stored are no one's to interpret
 	}
 	if lv.Fetcher == nil {
-		return d.tagOf(lv.ValueOrHandle)
+		return d.tagger.Of(lv.ValueOrHandle)
 	}
 	attr, _ := lv.TryGetShortAttribute()
 	return device.Tag(attr)
-}
-
-// tagOf is the tagger's tag of value: 0 without a tagger, or for a tag
-// past device.MaxTag.
-func (d *Device) tagOf(value []byte) device.Tag {
-	if d.tagger == nil {
-		return 0
-	}
-	if t := d.tagger(value); t <= device.MaxTag {
-		return t
-	}
-	return 0
 }
 
 // scan is Scan, filtered by want when it is not nil (see ScanFiltered).
