@@ -435,17 +435,18 @@ func (a *Array) scanItems(ctx context.Context, i int, done []byte, watch *mechan
 			if place.Offset(key, i) >= w {
 				return device.Skip
 			}
+			reads, none := readerOf(key) == d, notOn(key, tag)
 			switch {
-			case readerOf(key) != d && notOn(key, tag):
+			case none && !reads:
 				// Another neighbour's piece of a mechanism that
 				// puts none on i: the key's pieces that decide
 				// are the reader's, and the repair reads its own.
 				return device.Skip
-			case readerOf(key) != d:
-				return device.KeyOnly
-			case notOn(key, tag):
+			case none:
 				// A reader's piece whose tag shows it needs no
 				// restore is declined: left unread (see flush).
+				return device.KeyOnly
+			case !reads:
 				return device.KeyOnly
 			}
 			return device.KeyValue
