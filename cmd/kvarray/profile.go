@@ -5,16 +5,20 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 )
 
 // startProfile writes a CPU profile of the whole command to the file
 // KVARRAY_CPUPROFILE names, when it is set (for measuring, e.g. a
 // rebuild: docs/benchmarks.md), and a heap profile at its end to the file
-// KVARRAY_MEMPROFILE names; the returned function stops the one and writes
-// the other.
+// KVARRAY_MEMPROFILE names, and an execution trace (go tool trace: where
+// goroutines waited, not only where they ran) to the file KVARRAY_TRACE
+// names; the returned function stops them and writes the heap profile.
 func startProfile() func() {
 	cpu := startCPUProfile()
+	tr := startTrace()
 	return func() {
+		tr()
 		cpu()
 		if path := os.Getenv("KVARRAY_MEMPROFILE"); path != "" {
 			f, err := os.Create(path)
@@ -43,6 +47,25 @@ func startCPUProfile() func() {
 	}
 	return func() {
 		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
+}
+
+func startTrace() func() {
+	path := os.Getenv("KVARRAY_TRACE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = trace.Start(f)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvarray: KVARRAY_TRACE: %v\n", err)
+		return func() {}
+	}
+	return func() {
+		trace.Stop()
 		_ = f.Close()
 	}
 }
