@@ -109,6 +109,8 @@ type options struct {
 	parallelism int
 	autoResync  time.Duration
 	metaCache   int
+	valueCache  int64    // WithValueCache: bytes of whole values the metadata cache keeps
+	valueMax    int      // and the largest it keeps
 	weights     []uint64 // WithWeights; nil: the devices' capacities
 	tiny        *Tiny    // WithTiny; nil: no tiny values
 }
@@ -210,7 +212,7 @@ func build(devs []device.Device, opts []Option) (*Array, error) {
 		stop:   make(chan struct{}),
 	}
 	if o.metaCache > 0 {
-		a.meta = newMetaCache(o.metaCache)
+		a.meta = newMetaCache(o.metaCache, o.valueCache, o.valueMax)
 	}
 	if limits.MaxKeyLen-format.KeyOverhead < 1 {
 		return nil, fmt.Errorf("array: devices take keys of at most %d bytes, too short for %d bytes of split number and kind", limits.MaxKeyLen, format.KeyOverhead)

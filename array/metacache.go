@@ -17,6 +17,14 @@ const DefaultMetaCache = 1 << 18
 // replaces (see metaCache).
 func WithMetaCache(n int) Option { return func(o *options) { o.metaCache = n } }
 
+// WithValueCache lets the metadata cache keep, within bytes in all (0, the
+// default: none), the whole values of up to maxValue bytes it sees, so
+// that a read of a recent value needs no device (see metaCache). It needs
+// the metadata cache (WithMetaCache).
+func WithValueCache(bytes int64, maxValue int) Option {
+	return func(o *options) { o.valueCache, o.valueMax = max(0, bytes), max(0, maxValue) }
+}
+
 // metaCache remembers, for the keys this array stored, deleted or read
 // last, which mechanism holds their value and its split-0 header, or that
 // they have none: KVMD's metadata cache (its future work). A store that
@@ -43,12 +51,27 @@ func WithMetaCache(n int) Option { return func(o *options) { o.metaCache = n } }
 // rest of the process.
 //
 // Bounded: the least recently used entry goes when it is full.
+//
+// Values. With a value cache (WithValueCache), an entry also keeps its
+// whole value when it is small enough, a copy of what was stored or read
+// whole and verified; Retrieve returns a copy of it without reading a
+// device. It is as exact as the rest of the entry, by the same rule (the
+// entry's every update replaces or drops it). What it gives up: such a read
+// neither checks nor repairs the devices' pieces (scrub does), as no read
+// of a value that is not there can. The values' bytes are bounded apart
+// from the entries: the least recently used values go first, their
+// entries stay.
 type metaCache struct {
 	mu       sync.Mutex
 	max      int
 	complete bool
 	lru      list.List // of *metaEntry, most recent at the front
 	byKey    map[string]*list.Element
+
+	valueMax   int       // the largest value kept whole
+	valueBytes int64     // bound of the bytes of the values kept
+	held       int64     // bytes of the values kept
+	values     list.List // of *metaEntry holding a value, most recent at the front
 }
 
 // headCap is how many of a value's first bytes the cache keeps: the
@@ -63,10 +86,14 @@ type metaEntry struct {
 	hdr   format.Header       // of split 0
 	headN int                 // -1: the head is not known
 	head  [headCap]byte       // the value's first min(ObjectLen, headCap) bytes
+	// value is the whole value (nil: not kept), never written to once
+	// set: readers copy it outside the lock.
+	value  []byte
+	inVals *list.Element // value's element of metaCache.values
 }
 
-func newMetaCache(max int) *metaCache {
-	return &metaCache{max: max, byKey: map[string]*list.Element{}}
+func newMetaCache(max int, valueBytes int64, valueMax int) *metaCache {
+	return &metaCache{max: max, byKey: map[string]*list.Element{}, valueBytes: valueBytes, valueMax: valueMax}
 }
 
 // setComplete records that every key with a value has an entry from now
@@ -94,12 +121,15 @@ func (c *metaCache) get(key []byte) (metaEntry, bool) {
 	}
 	c.lru.MoveToFront(e)
 	ent := *e.Value.(*metaEntry)
+	if ent.inVals != nil {
+		c.values.MoveToFront(ent.inVals)
+	}
 	return ent, ent.known
 }
 
 // put records that key's value is held by m with split-0 header h (m nil:
 // the key has no value), and, when value is not nil, that it is value
-// (or starts with it: at least headCap bytes of it). h's Fields are not
+// (kept whole, copied, when the value cache takes it). h's Fields are not
 // kept: they are the mechanism's, which reads its own geometry when they
 // are absent.
 func (c *metaCache) put(key []byte, m mechanism.Mechanism, h format.Header, value []byte) {
@@ -110,10 +140,37 @@ func (c *metaCache) put(key []byte, m mechanism.Mechanism, h format.Header, valu
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ent := c.entry(key)
+	c.dropValue(ent)
 	ent.known, ent.m, ent.hdr, ent.headN = true, m, h, -1
 	if value != nil {
 		ent.headN = copy(ent.head[:], value)
+		c.keepValue(ent, value)
 	}
+}
+
+// keepValue makes value, a copy of it, ent's whole value if the value
+// cache takes it, and drops the least recent values past its bound.
+// Under mu.
+func (c *metaCache) keepValue(ent *metaEntry, value []byte) {
+	if len(value) > c.valueMax || int64(len(value)) > c.valueBytes || uint64(len(value)) != ent.hdr.ObjectLen {
+		return
+	}
+	ent.value = append(make([]byte, 0, len(value)), value...)
+	ent.inVals = c.values.PushFront(ent)
+	c.held += int64(len(value))
+	for c.held > c.valueBytes {
+		c.dropValue(c.values.Back().Value.(*metaEntry))
+	}
+}
+
+// dropValue drops ent's whole value, if it has one. Under mu.
+func (c *metaCache) dropValue(ent *metaEntry) {
+	if ent.inVals == nil {
+		return
+	}
+	c.values.Remove(ent.inVals)
+	c.held -= int64(len(ent.value))
+	ent.value, ent.inVals = nil, nil
 }
 
 // entry returns key's entry, made most recent, adding it (and evicting the
@@ -128,6 +185,7 @@ func (c *metaCache) entry(key []byte) *metaEntry {
 	if c.lru.Len() > c.max {
 		old := c.lru.Back()
 		c.lru.Remove(old)
+		c.dropValue(old.Value.(*metaEntry))
 		delete(c.byKey, old.Value.(*metaEntry).key)
 		c.complete = false
 	}
@@ -146,13 +204,20 @@ func (c *metaCache) noteHead(key []byte, v uint64, value []byte) {
 		ent := e.Value.(*metaEntry)
 		if ent.known && ent.m != nil && ent.hdr.Version == v && uint64(len(value)) == ent.hdr.ObjectLen {
 			ent.headN = copy(ent.head[:], value)
+			if ent.inVals == nil {
+				c.keepValue(ent, value)
+			}
 		}
 	}
 }
 
 // headRanges returns the ranges rs of e's value and its length from its
-// head, when e knows a value and its head covers every range.
+// whole value or its head, when e knows a value and what it keeps of it
+// covers every range.
 func (e *metaEntry) headRanges(rs []Range) ([][]byte, int64, bool) {
+	if e.m != nil && e.value != nil {
+		return sliceRanges(e.value, rs), int64(len(e.value)), true
+	}
 	if e.m == nil || e.headN < 0 {
 		return nil, 0, false
 	}
@@ -178,10 +243,12 @@ func (c *metaCache) forget(key []byte) {
 	defer c.mu.Unlock()
 	if c.complete {
 		ent := c.entry(key)
+		c.dropValue(ent)
 		*ent = metaEntry{key: ent.key, headN: -1}
 		return
 	}
 	if e, ok := c.byKey[string(key)]; ok {
+		c.dropValue(e.Value.(*metaEntry))
 		c.lru.Remove(e)
 		delete(c.byKey, string(key))
 	}

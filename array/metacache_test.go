@@ -112,7 +112,7 @@ func TestMetaCacheSparesHybridRead(t *testing.T) {
 	}
 
 	// Bounded: the least recently used key goes first.
-	c := newMetaCache(2)
+	c := newMetaCache(2, 0, 0)
 	for i := range 3 {
 		c.put(fmt.Appendf(nil, "k%d", i), nil, format.Header{}, nil)
 	}

@@ -389,14 +389,6 @@ func (a *Array) Delete(ctx context.Context, key []byte) error {
 	return err
 }
 
-// knownAbsent reports whether the metadata cache knows that key has no
-// value of its own pieces: exactly, as it knows what a store replaces
-// (see metaCache), so a read under key's lock has nothing to read.
-func (a *Array) knownAbsent(key []byte) bool {
-	e, ok := a.meta.get(key)
-	return ok && e.m == nil
-}
-
 // noted updates the metadata cache with what a read of key under its lock
 // learned: l located its value (err nil), or it has none (ErrNotFound).
 // Any other error says nothing, and changes nothing either.
@@ -809,8 +801,16 @@ func (a *Array) retrieve(ctx context.Context, key []byte) ([]byte, error) {
 // retrieveValue reads key's value from its own pieces, never from a
 // bucket; under key's lock.
 func (a *Array) retrieveValue(ctx context.Context, key []byte) ([]byte, error) {
-	if a.knownAbsent(key) {
-		return nil, ErrNotFound
+	// The metadata cache knows exactly whether key has a value of its own
+	// pieces, as it knows what a store replaces (see metaCache), and
+	// keeps some values whole.
+	if e, ok := a.meta.get(key); ok {
+		switch {
+		case e.m == nil:
+			return nil, ErrNotFound
+		case e.value != nil:
+			return append(make([]byte, 0, len(e.value)), e.value...), nil
+		}
 	}
 	k0 := a.key(key, 0)
 	l, err := a.locate(ctx, k0)

@@ -72,7 +72,9 @@ func propertyConfigs() []propertyConfig {
 		// The paper's hybrid setup and workload: 4, 16 and 64 KiB values
 		// at 30:40:30, to Replication, Packing and Splitting by size.
 		name: "hybrid-all-four",
-		opts: []Option{everyMechanism(), WithMode(Hybrid),
+		// A value cache that holds a few values: reads of recent values
+		// come from it, and it is evicting all the time.
+		opts: []Option{everyMechanism(), WithMode(Hybrid), WithValueCache(256<<10, 64<<10),
 			WithRules(Rule{Max: 8 << 10, RM: "replication"}, Rule{Max: 32 << 10, RM: "packing"}, Rule{RM: "splitting"})},
 		rms:       []string{"hashing", "replication", "splitting", "packing"},
 		tolerates: map[string]int{"hashing": 0, "replication": 2, "splitting": 2, "packing": 2},

@@ -71,7 +71,7 @@ func (a *Array) Len(ctx context.Context, key []byte) (int64, error) {
 		}
 		if e, ok := a.meta.get(key); ok {
 			if e.m == nil {
-				return nil, ErrNotFound // knownAbsent
+				return nil, ErrNotFound // known to have no value
 			}
 			n = int64(e.hdr.ObjectLen)
 			return nil, nil

@@ -75,6 +75,11 @@ type Config struct {
 	Device DeviceConfig `yaml:"device"`
 	// MaxValue is the largest user value. Default: 1GiB.
 	MaxValue Size `yaml:"max_value,omitempty"`
+	// ValueCache bounds the bytes of recent values, of up to
+	// ValueCacheMax bytes each, that the array keeps in memory to answer
+	// reads without a device (array.WithValueCache); 0 keeps none.
+	// Default (absent): DefaultValueCache.
+	ValueCache *Size `yaml:"value_cache,omitempty"`
 	// AutoResync is how often a long-running process (kvarray serve)
 	// probes failed devices and resyncs those that answer again, and
 	// compacts the Packing sets deletes thinned. 0 disables both;
@@ -166,7 +171,11 @@ const (
 	DefaultMaxValue       = Size(array.DefaultMaxValue)
 	DefaultDeviceMaxValue = Size(device.DefaultMaxValueLen)
 	DefaultCache          = Size(8 << 20)
-	DefaultPackingWait    = Duration(2 * time.Millisecond)
+	DefaultValueCache     = Size(64 << 20)
+	// ValueCacheMax is the largest value the value cache keeps: small
+	// values are the ones a device read costs the most per byte.
+	ValueCacheMax      = Size(64 << 10)
+	DefaultPackingWait = Duration(2 * time.Millisecond)
 	// hybridSmall is where Default's thresholds switch from replication:
 	// KVMD's measurements favour replication for small values, whose
 	// erasure-coded shards would be dominated by headers.
@@ -310,6 +319,10 @@ func (c *Config) withDefaults() Config {
 	if d.MaxValue == 0 {
 		d.MaxValue = DefaultMaxValue
 	}
+	if d.ValueCache == nil {
+		vc := DefaultValueCache
+		d.ValueCache = &vc
+	}
 	return d
 }
 
@@ -332,6 +345,7 @@ func (c *Config) Options() []array.Option {
 		array.WithRules(rules...),
 		array.WithMechanisms(d.factories()...),
 		array.WithMaxValue(int64(d.MaxValue)),
+		array.WithValueCache(int64(*d.ValueCache), int(ValueCacheMax)),
 	}
 	if t := d.Tiny; t != nil {
 		opts = append(opts, array.WithTiny(array.Tiny{Max: int(t.Max), Buckets: t.Buckets, RM: "packing"}))

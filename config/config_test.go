@@ -35,6 +35,7 @@ func TestMalformed(t *testing.T) {
 		{"devices not a list", "devices: pebble:data/dev0\n", []string{"line 1", "cannot unmarshal"}},
 		{"bad size", devs + "max_value: 8XB\n", []string{"line 2", `size "8XB"`}},
 		{"negative size", devs + "max_value: -1\n", []string{"line 2", `size "-1"`}},
+		{"bad value cache", devs + "value_cache: lots\n", []string{"line 2", `size "lots"`}},
 		{"bad duration", devs + "packing: {k: 2, r: 1, wait: soon}\n", []string{"line 2", `duration "soon"`}},
 		{"syntax", devs + "mode: [hybrid\n", []string{"line"}},
 		{"two documents", devs + "---\n" + devs, []string{"more than one YAML document"}},
@@ -204,6 +205,7 @@ func TestDefaultYAML(t *testing.T) {
 		"splitting: {k: 4, r: 2}\n",
 		"device: {min_key: 4, max_key: 255, max_value: 2MiB, capacity: 0, cache: 8MiB}\n",
 		"max_value: 1GiB\n",
+		"value_cache: 64MiB\n",
 	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("Default YAML lacks %q:\n%s", want, b)
