@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"runtime/trace"
@@ -32,40 +33,29 @@ func startProfile() func() {
 	}
 }
 
-func startCPUProfile() func() {
-	path := os.Getenv("KVARRAY_CPUPROFILE")
+// startRecording starts, when the variable env names a file, what start
+// writes to it, and returns what stops it and closes the file.
+func startRecording(env string, start func(io.Writer) error, stop func()) func() {
+	path := os.Getenv(env)
 	if path == "" {
 		return func() {}
 	}
 	f, err := os.Create(path)
 	if err == nil {
-		err = pprof.StartCPUProfile(f)
+		err = start(f)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "kvarray: KVARRAY_CPUPROFILE: %v\n", err)
+		fmt.Fprintf(os.Stderr, "kvarray: %s: %v\n", env, err)
 		return func() {}
 	}
 	return func() {
-		pprof.StopCPUProfile()
+		stop()
 		_ = f.Close()
 	}
 }
 
-func startTrace() func() {
-	path := os.Getenv("KVARRAY_TRACE")
-	if path == "" {
-		return func() {}
-	}
-	f, err := os.Create(path)
-	if err == nil {
-		err = trace.Start(f)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "kvarray: KVARRAY_TRACE: %v\n", err)
-		return func() {}
-	}
-	return func() {
-		trace.Stop()
-		_ = f.Close()
-	}
+func startCPUProfile() func() {
+	return startRecording("KVARRAY_CPUPROFILE", pprof.StartCPUProfile, pprof.StopCPUProfile)
 }
+
+func startTrace() func() { return startRecording("KVARRAY_TRACE", trace.Start, trace.Stop) }
