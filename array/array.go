@@ -486,6 +486,7 @@ func (a *Array) halt() {
 	close(a.stop)
 	a.bg.Wait()
 	a.wg.Wait()
+	a.meta.close()
 	for _, m := range a.mechs {
 		if c, ok := m.(closer); ok {
 			c.Close() // background work of the mechanism (Packing's log replay)

@@ -2,7 +2,10 @@ package array
 
 import (
 	"container/list"
+	"encoding/binary"
 	"sync"
+
+	"github.com/VictoriaMetrics/fastcache"
 
 	"github.com/kvarray/kvarray/format"
 	"github.com/kvarray/kvarray/mechanism"
@@ -18,9 +21,10 @@ const DefaultMetaCache = 1 << 18
 func WithMetaCache(n int) Option { return func(o *options) { o.metaCache = n } }
 
 // WithValueCache lets the metadata cache keep, within bytes in all (0, the
-// default: none), the whole values of up to maxValue bytes it sees, so
-// that a read of a recent value needs no device (see metaCache). It needs
-// the metadata cache (WithMetaCache).
+// default: none; at least MinValueCache otherwise), the whole values of up
+// to maxValue bytes (at most MaxValueCached) it sees, so that a read of a
+// recent value needs no device (see metaCache). It needs the metadata
+// cache (WithMetaCache).
 func WithValueCache(bytes int64, maxValue int) Option {
 	return func(o *options) { o.valueCache, o.valueMax = max(0, bytes), max(0, maxValue) }
 }
@@ -56,11 +60,15 @@ func WithValueCache(bytes int64, maxValue int) Option {
 // whole value when it is small enough, a copy of what was stored or read
 // whole and verified; Retrieve returns a copy of it without reading a
 // device. It is as exact as the rest of the entry, by the same rule (the
-// entry's every update replaces or drops it). What it gives up: such a read
-// neither checks nor repairs the devices' pieces (scrub does), as no read
-// of a value that is not there can. The values' bytes are bounded apart
-// from the entries: the least recently used values go first, their
-// entries stay.
+// entry's every update replaces or drops it), and each value kept is
+// stamped with the version of the entry that kept it, and returned only
+// to that entry. What it gives up: such a read neither checks nor repairs
+// the devices' pieces (scrub does), as no read of a value that is not there
+// can. The values live outside the Go heap, in a fastcache of their own
+// bound (a cache that counted in the heap would grow the garbage
+// collector's goal by a multiple of itself): it drops values as it fills
+// (its buckets are rings), and an entry whose value it dropped is read
+// from the devices again.
 type metaCache struct {
 	mu       sync.Mutex
 	max      int
@@ -68,11 +76,21 @@ type metaCache struct {
 	lru      list.List // of *metaEntry, most recent at the front
 	byKey    map[string]*list.Element
 
-	valueMax   int       // the largest value kept whole
-	valueBytes int64     // bound of the bytes of the values kept
-	held       int64     // bytes of the values kept
-	values     list.List // of *metaEntry holding a value, most recent at the front
+	values   *fastcache.Cache // nil: no value cache; under mu
+	valueMax int              // the largest value kept whole
+	stamp    []byte           // a value being kept, stamped; under mu
 }
+
+// MinValueCache is the smallest value cache: fastcache's, 512 buckets of
+// one 64 KiB chunk.
+const MinValueCache = 32 << 20
+
+// MaxValueCached is the largest value the value cache keeps: fastcache
+// keeps entries (key, value and stamp) of up to 64 KiB.
+const MaxValueCached = 32 << 10
+
+// stampLen is the length of the version stamp before each value kept.
+const stampLen = 8
 
 // headCap is how many of a value's first bytes the cache keeps: the
 // keyspace's header (a tag and an expiry) fits.
@@ -86,14 +104,33 @@ type metaEntry struct {
 	hdr   format.Header       // of split 0
 	headN int                 // -1: the head is not known
 	head  [headCap]byte       // the value's first min(ObjectLen, headCap) bytes
-	// value is the whole value (nil: not kept), never written to once
-	// set: readers copy it outside the lock.
-	value  []byte
-	inVals *list.Element // value's element of metaCache.values
+	// cached: the value cache was given the whole value (it may have
+	// dropped it since).
+	cached bool
 }
 
-func newMetaCache(max int, valueBytes int64, valueMax int) *metaCache {
-	return &metaCache{max: max, byKey: map[string]*list.Element{}, valueBytes: valueBytes, valueMax: valueMax}
+func newMetaCache(keys int, valueBytes int64, valueMax int) *metaCache {
+	c := &metaCache{max: keys, byKey: map[string]*list.Element{}}
+	if valueBytes > 0 && valueMax > 0 {
+		c.values = fastcache.New(int(max(valueBytes, MinValueCache)))
+		c.valueMax = min(valueMax, MaxValueCached)
+	}
+	return c
+}
+
+// close gives back the value cache's memory.
+func (c *metaCache) close() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.values != nil {
+		c.values.Reset()
+		for _, e := range c.byKey {
+			e.Value.(*metaEntry).cached = false
+		}
+	}
 }
 
 // setComplete records that every key with a value has an entry from now
@@ -121,10 +158,32 @@ func (c *metaCache) get(key []byte) (metaEntry, bool) {
 	}
 	c.lru.MoveToFront(e)
 	ent := *e.Value.(*metaEntry)
-	if ent.inVals != nil {
-		c.values.MoveToFront(ent.inVals)
-	}
 	return ent, ent.known
+}
+
+// value returns a copy of key's whole value when the value cache has it
+// for key's entry.
+func (c *metaCache) value(key []byte) ([]byte, bool) {
+	if c == nil || c.values == nil {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.byKey[string(key)]
+	if !ok {
+		return nil, false
+	}
+	ent := e.Value.(*metaEntry)
+	if !ent.known || ent.m == nil || !ent.cached {
+		return nil, false
+	}
+	b, ok := c.values.HasGet(nil, key)
+	if !ok || len(b) < stampLen || binary.LittleEndian.Uint64(b) != ent.hdr.Version || uint64(len(b)-stampLen) != ent.hdr.ObjectLen {
+		ent.cached = false // dropped (or never taken): read it again
+		return nil, false
+	}
+	c.lru.MoveToFront(e)
+	return b[stampLen:], true
 }
 
 // put records that key's value is held by m with split-0 header h (m nil:
@@ -148,29 +207,25 @@ func (c *metaCache) put(key []byte, m mechanism.Mechanism, h format.Header, valu
 	}
 }
 
-// keepValue makes value, a copy of it, ent's whole value if the value
-// cache takes it, and drops the least recent values past its bound.
-// Under mu.
+// keepValue gives value, stamped with ent's version, to the value cache as
+// ent's whole value, when it keeps values of its size. Under mu.
 func (c *metaCache) keepValue(ent *metaEntry, value []byte) {
-	if len(value) > c.valueMax || int64(len(value)) > c.valueBytes || uint64(len(value)) != ent.hdr.ObjectLen {
+	if c.values == nil || len(value) > c.valueMax || uint64(len(value)) != ent.hdr.ObjectLen {
 		return
 	}
-	ent.value = append(make([]byte, 0, len(value)), value...)
-	ent.inVals = c.values.PushFront(ent)
-	c.held += int64(len(value))
-	for c.held > c.valueBytes {
-		c.dropValue(c.values.Back().Value.(*metaEntry))
-	}
+	c.stamp = binary.LittleEndian.AppendUint64(c.stamp[:0], ent.hdr.Version)
+	c.stamp = append(c.stamp, value...)
+	c.values.Set([]byte(ent.key), c.stamp) // copied
+	ent.cached = true
 }
 
-// dropValue drops ent's whole value, if it has one. Under mu.
+// dropValue drops ent's whole value from the value cache. Under mu.
 func (c *metaCache) dropValue(ent *metaEntry) {
-	if ent.inVals == nil {
+	if !ent.cached {
 		return
 	}
-	c.values.Remove(ent.inVals)
-	c.held -= int64(len(ent.value))
-	ent.value, ent.inVals = nil, nil
+	c.values.Del([]byte(ent.key))
+	ent.cached = false
 }
 
 // entry returns key's entry, made most recent, adding it (and evicting the
@@ -204,7 +259,7 @@ func (c *metaCache) noteHead(key []byte, v uint64, value []byte) {
 		ent := e.Value.(*metaEntry)
 		if ent.known && ent.m != nil && ent.hdr.Version == v && uint64(len(value)) == ent.hdr.ObjectLen {
 			ent.headN = copy(ent.head[:], value)
-			if ent.inVals == nil {
+			if !ent.cached {
 				c.keepValue(ent, value)
 			}
 		}
@@ -212,12 +267,8 @@ func (c *metaCache) noteHead(key []byte, v uint64, value []byte) {
 }
 
 // headRanges returns the ranges rs of e's value and its length from its
-// whole value or its head, when e knows a value and what it keeps of it
-// covers every range.
+// head, when e knows a value and its head covers every range.
 func (e *metaEntry) headRanges(rs []Range) ([][]byte, int64, bool) {
-	if e.m != nil && e.value != nil {
-		return sliceRanges(e.value, rs), int64(len(e.value)), true
-	}
 	if e.m == nil || e.headN < 0 {
 		return nil, 0, false
 	}

@@ -808,8 +808,10 @@ func (a *Array) retrieveValue(ctx context.Context, key []byte) ([]byte, error) {
 		switch {
 		case e.m == nil:
 			return nil, ErrNotFound
-		case e.value != nil:
-			return append(make([]byte, 0, len(e.value)), e.value...), nil
+		case e.cached:
+			if v, ok := a.meta.value(key); ok {
+				return v, nil
+			}
 		}
 	}
 	k0 := a.key(key, 0)

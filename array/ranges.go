@@ -147,6 +147,11 @@ func (a *Array) retrieveRanges(ctx context.Context, key []byte, rs []Range) ([][
 		if out, total, ok := e.headRanges(rs); ok {
 			return out, total, nil
 		}
+		if e.cached {
+			if v, ok := a.meta.value(key); ok {
+				return sliceRanges(v, rs), int64(len(v)), nil
+			}
+		}
 	}
 	var want int64 // bytes asked for, at most peekMax+1
 	for _, r := range rs {

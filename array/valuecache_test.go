@@ -3,8 +3,8 @@ package array
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -106,83 +106,71 @@ func TestValueCache(t *testing.T) {
 		t.Error("a value past the largest kept was answered from the cache")
 	}
 
-	// The bound: 64 KiB hold 21 values of 3,000 bytes; the least
-	// recently used go first, and their keys are still known.
-	for i := range 30 {
-		r.mustStore(fmt.Sprintf("v%02d", i), bytes.Repeat([]byte{byte(i)}, 3000))
+	// A value the cache dropped (it drops values as it fills) is read
+	// from the devices again, and kept again.
+	r.a.meta.values.Del([]byte("k"))
+	if n := read("k", v1); n == 0 {
+		t.Error("a value the cache dropped was read from nowhere")
 	}
-	if n := read("v00", bytes.Repeat([]byte{0}, 3000)); n == 0 {
-		t.Error("the least recent value was kept past the bound")
+	if n := read("k", v1); n != 0 {
+		t.Errorf("a value read again was not kept: read the devices %d times", n)
 	}
-	if n := read("v29", bytes.Repeat([]byte{29}, 3000)); n != 0 {
-		t.Errorf("the most recent value was not kept: read the devices %d times", n)
-	}
-	if held, max := r.a.meta.held, r.a.meta.valueBytes; held > max || held < max-3000 {
-		t.Errorf("values held: %d bytes, bound %d", held, max)
+	// The stamp: a value of another version in the cache (it cannot be
+	// there but by a bug) is not returned.
+	stale := binary.LittleEndian.AppendUint64(nil, 1)
+	r.a.meta.values.Set([]byte("k"), append(stale, bytes.Repeat([]byte("0"), 3000)...))
+	if n := read("k", v1); n == 0 {
+		t.Error("a value of another version was returned from the cache")
 	}
 }
 
-// TestValueCacheAccounting: the bytes the cache counts are those of the
-// values its entries hold, through every way an entry changes or goes.
-func TestValueCacheAccounting(t *testing.T) {
-	c := newMetaCache(4, 10<<10, 4<<10)
-	val := func(n int) []byte { return bytes.Repeat([]byte("v"), n) }
-	hdr := func(n int) format.Header { return format.Header{ObjectLen: uint64(n), Version: 1} }
-	check := func(what string) {
-		t.Helper()
-		var sum int64
-		n := 0
-		for e := c.lru.Front(); e != nil; e = e.Next() {
-			ent := e.Value.(*metaEntry)
-			sum += int64(len(ent.value))
-			if ent.inVals != nil {
-				n++
-			}
-		}
-		if sum != c.held || n != c.values.Len() || c.held > c.valueBytes {
-			t.Errorf("%s: entries hold %d bytes in %d values, the cache counts %d in %d (bound %d)", what, sum, n, c.held, c.values.Len(), c.valueBytes)
-		}
-	}
+// TestValueCacheEntries: what the metadata cache's entries say of their
+// values follows every way an entry changes or goes.
+func TestValueCacheEntries(t *testing.T) {
+	c := newMetaCache(3, 1, 4<<10) // the value cache's least
+	val := func(n int, b byte) []byte { return bytes.Repeat([]byte{b}, n) }
+	hdr := func(n int, v uint64) format.Header { return format.Header{ObjectLen: uint64(n), Version: v} }
 	m := newRig(t, 6, everyMechanism()).a.def // any mechanism: the cache only keeps it
-	c.put([]byte("a"), m, hdr(3000), val(3000))
-	c.put([]byte("b"), m, hdr(3000), val(3000))
-	check("two values")
-	c.put([]byte("a"), m, hdr(4000), val(4000)) // replaced
-	check("replaced")
-	c.put([]byte("c"), m, hdr(5000), val(5000)) // over the largest kept
-	if e, _ := c.get([]byte("c")); e.value != nil {
-		t.Error("a value over the largest kept was kept")
+	has := func(key string, want []byte) {
+		t.Helper()
+		got, ok := c.value([]byte(key))
+		switch {
+		case want == nil && ok:
+			t.Errorf("%s: the cache has a value", key)
+		case want != nil && !bytes.Equal(got, want):
+			t.Errorf("%s: the cache has %d bytes (kept %v), want %d", key, len(got), ok, len(want))
+		}
 	}
-	check("too large")
-	c.put([]byte("d"), m, hdr(4000), val(4000)) // evicts b's value (least recent)
-	check("over the bound")
-	if e, ok := c.get([]byte("b")); !ok || e.value != nil {
-		t.Errorf("b: known %v, value kept %v: want its entry without its value", ok, e.value != nil)
+	c.put([]byte("a"), m, hdr(3000, 1), val(3000, 'a'))
+	has("a", val(3000, 'a'))
+	c.put([]byte("a"), m, hdr(2000, 2), val(2000, 'b')) // replaced
+	has("a", val(2000, 'b'))
+	c.put([]byte("a"), m, hdr(4000, 3), nil) // stored, value unknown
+	has("a", nil)
+	if c.values.Has([]byte("a")) {
+		t.Error("a value replaced stays in the value cache")
 	}
+	c.noteHead([]byte("a"), 3, val(4000, 'c')) // read whole
+	has("a", val(4000, 'c'))
+	c.noteHead([]byte("a"), 9, val(4000, 'd')) // of another version: ignored
+	has("a", val(4000, 'c'))
+	c.put([]byte("big"), m, hdr(5000, 1), val(5000, 'e')) // over the largest kept
+	has("big", nil)
+	c.put([]byte("cut"), m, hdr(10, 1), val(9, 'f')) // not the whole value
+	has("cut", nil)
 	c.forget([]byte("a"))
-	check("forgotten")
-	c.put([]byte("e"), nil, format.Header{}, nil)
-	c.put([]byte("f"), m, hdr(10), val(10)) // evicts the least recent entry
-	check("entry evicted")
-	c.put([]byte("d"), m, hdr(9), val(10)) // not the whole value: not kept
-	if e, _ := c.get([]byte("d")); e.value != nil {
-		t.Error("a value of another length than its header's was kept")
+	has("a", nil)
+	if c.values.Has([]byte("a")) {
+		t.Error("a key forgotten left its value in the value cache")
 	}
-	check("partial")
-	c.noteHead([]byte("f"), 1, val(10))
-	c.noteHead([]byte("f"), 2, val(10)) // another version: ignored
-	check("noted")
-	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
-		c.forget([]byte(k))
+	c.put([]byte("x"), m, hdr(100, 1), val(100, 'x'))
+	for _, k := range []string{"y", "z", "w"} { // x, the least recent entry, goes
+		c.put([]byte(k), nil, format.Header{}, nil)
 	}
-	check("all forgotten")
-	if c.held != 0 {
-		t.Errorf("nothing kept, %d bytes counted", c.held)
+	if c.values.Has([]byte("x")) {
+		t.Error("an entry evicted left its value in the value cache")
 	}
-
-	// An entry evicted takes its value along.
-	c = newMetaCache(1, 10<<10, 4<<10)
-	c.put([]byte("x"), m, hdr(3000), val(3000))
-	c.put([]byte("y"), m, hdr(2000), val(2000))
-	check("entry with a value evicted")
+	c.put([]byte("y"), m, hdr(100, 1), val(100, 'y'))
+	c.close()
+	has("y", nil)
 }

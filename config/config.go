@@ -76,9 +76,10 @@ type Config struct {
 	// MaxValue is the largest user value. Default: 1GiB.
 	MaxValue Size `yaml:"max_value,omitempty"`
 	// ValueCache bounds the bytes of recent values, of up to
-	// ValueCacheMax bytes each, that the array keeps in memory to answer
-	// reads without a device (array.WithValueCache); 0 keeps none.
-	// Default (absent): DefaultValueCache.
+	// ValueCacheMax bytes each, that the array keeps in memory (outside
+	// the Go heap) to answer reads without a device
+	// (array.WithValueCache); 0 keeps none, and a cache is at least
+	// array.MinValueCache. Default (absent): DefaultValueCache.
 	ValueCache *Size `yaml:"value_cache,omitempty"`
 	// AutoResync is how often a long-running process (kvarray serve)
 	// probes failed devices and resyncs those that answer again, and
@@ -174,7 +175,7 @@ const (
 	DefaultValueCache     = Size(64 << 20)
 	// ValueCacheMax is the largest value the value cache keeps: small
 	// values are the ones a device read costs the most per byte.
-	ValueCacheMax      = Size(64 << 10)
+	ValueCacheMax      = Size(array.MaxValueCached)
 	DefaultPackingWait = Duration(2 * time.Millisecond)
 	// hybridSmall is where Default's thresholds switch from replication:
 	// KVMD's measurements favour replication for small values, whose
