@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"encoding/binary"
 	"sync"
+	"sync/atomic"
 
 	"github.com/VictoriaMetrics/fastcache"
 
@@ -79,6 +80,40 @@ type metaCache struct {
 	values   *fastcache.Cache // nil: no value cache; under mu
 	valueMax int              // the largest value kept whole
 	stamp    []byte           // a value being kept, stamped; under mu
+	// hits and misses count the reads of values answered from the
+	// value cache, and those read from the devices instead.
+	hits, misses atomic.Int64
+}
+
+// ValueCacheStats describes an array's value cache (WithValueCache).
+type ValueCacheStats struct {
+	Limit   int64 // the bytes it may hold; 0: no value cache
+	Bytes   int64 // the bytes it holds, its stamps and keys included
+	Entries int64 // values it holds (some superseded, until overwritten)
+	Hits    int64 // reads of a key's value answered from it
+	Misses  int64 // reads of a key's value that went to the devices
+}
+
+// ValueCacheStats returns what the value cache holds and how reads fared.
+func (a *Array) ValueCacheStats() ValueCacheStats {
+	c := a.meta
+	if c == nil || c.values == nil {
+		return ValueCacheStats{}
+	}
+	var fs fastcache.Stats
+	c.mu.Lock()
+	c.values.UpdateStats(&fs)
+	c.mu.Unlock()
+	return ValueCacheStats{Limit: int64(fs.MaxBytesSize), Bytes: int64(fs.BytesSize), Entries: int64(fs.EntriesCount),
+		Hits: c.hits.Load(), Misses: c.misses.Load()}
+}
+
+// missed counts a read of a value from the devices, when there is a value
+// cache.
+func (c *metaCache) missed() {
+	if c != nil && c.values != nil {
+		c.misses.Add(1)
+	}
 }
 
 // MinValueCache is the smallest value cache: fastcache's, 512 buckets of
@@ -183,6 +218,7 @@ func (c *metaCache) value(key []byte) ([]byte, bool) {
 		return nil, false
 	}
 	c.lru.MoveToFront(e)
+	c.hits.Add(1)
 	return b[stampLen:], true
 }
 

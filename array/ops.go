@@ -814,6 +814,7 @@ func (a *Array) retrieveValue(ctx context.Context, key []byte) ([]byte, error) {
 			}
 		}
 	}
+	a.meta.missed()
 	k0 := a.key(key, 0)
 	l, err := a.locate(ctx, k0)
 	a.noted(key, l, err)

@@ -218,6 +218,9 @@ func (s *Server) infoArray(b *strings.Builder, st *array.Status, stErr error) {
 	t := &s.stats
 	fmt.Fprintf(b, "ops_store:%d\r\nops_retrieve:%d\r\nops_delete:%d\r\nops_exist:%d\r\nops_list_keys:%d\r\n",
 		t.stores.Load(), t.retrieves.Load(), t.deletes.Load(), t.exists.Load(), t.lists.Load())
+	vc := s.a.ValueCacheStats()
+	fmt.Fprintf(b, "value_cache_limit_bytes:%d\r\nvalue_cache_bytes:%d\r\nvalue_cache_values:%d\r\nvalue_cache_hits:%d\r\nvalue_cache_misses:%d\r\n",
+		vc.Limit, vc.Bytes, vc.Entries, vc.Hits, vc.Misses)
 }
 
 func executable() string {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -772,6 +773,60 @@ func TestAdminScrubRebuild(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		if v, err := rdb.Get(ctx, fmt.Sprint("k", i)).Result(); err != nil || v != fmt.Sprint("value-", i) {
 			t.Fatalf("k%d after rebuild with neighbours failed: %q %v", i, v, err)
+		}
+	}
+}
+
+// TestValueCacheInfo: GETs of a value just SET are answered from the value
+// cache (on by default), which INFO kvarray counts; a SET over it is seen
+// at once; with value_cache 0 there is none.
+func TestValueCacheInfo(t *testing.T) {
+	ctx := context.Background()
+	field := func(info, name string) int64 {
+		t.Helper()
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, name+":"); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatalf("INFO %s: %q", name, v)
+				}
+				return n
+			}
+		}
+		t.Fatalf("INFO kvarray lacks %s:\n%s", name, info)
+		return 0
+	}
+	for _, c := range []struct {
+		yaml      string
+		limit     int64
+		wantHits  bool
+		wantCache bool
+	}{
+		{memHybrid, 64 << 20, true, true},
+		{memHybrid + "value_cache: 0\n", 0, false, false},
+	} {
+		ts := startServer(t, c.yaml)
+		rdb := ts.client()
+		for i, v := range []string{strings.Repeat("a", 3000), strings.Repeat("b", 100)} {
+			if err := rdb.Set(ctx, "k", v, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if got, err := rdb.Get(ctx, "k").Result(); err != nil || got != v {
+					t.Fatalf("GET k after SET %d: %d bytes, %v", i, len(got), err)
+				}
+			}
+		}
+		info, err := rdb.Info(ctx, "kvarray").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		hits, misses := field(info, "value_cache_hits"), field(info, "value_cache_misses")
+		if lim := field(info, "value_cache_limit_bytes"); lim != c.limit {
+			t.Errorf("value_cache_limit_bytes %d, want %d", lim, c.limit)
+		}
+		if (hits >= 4) != c.wantHits || (field(info, "value_cache_values") > 0) != c.wantCache {
+			t.Errorf("%q: 4 GETs of values just SET: %d hits, %d misses, %d values kept", c.yaml[len(memHybrid):], hits, misses, field(info, "value_cache_values"))
 		}
 	}
 }
