@@ -11,6 +11,7 @@ import (
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/device/faultdev"
 	"github.com/kvarray/kvarray/device/mem"
+	"github.com/kvarray/kvarray/format"
 	"github.com/kvarray/kvarray/mechanism/packing"
 	"github.com/kvarray/kvarray/mechanism/replication"
 )
@@ -424,4 +425,51 @@ func TestCompactFoldsLoggedLeaves(t *testing.T) {
 		t.Fatalf("after Compact: %v", sparse)
 	}
 	everyPairReads(t, r, live, "compacted")
+}
+
+// TestPackingLogStraySegment: a log segment no entry refers to (left by a
+// fold whose delete its device missed) is deleted by scrub --repair, which
+// leaves every value readable with any two devices failed.
+func TestPackingLogStraySegment(t *testing.T) {
+	r := packingRig(t, 20*time.Millisecond)
+	rng := newRand(t)
+	keys, live := storePacked(t, r, rng, 48)
+	var vs [][]byte
+	for range keys {
+		vs = append(vs, randBytes(rng, 200+rng.IntN(800)))
+	}
+	storeConcurrently(t, r.a, keys, vs)
+	for i, k := range keys {
+		live[k] = vs[i]
+	}
+	// A copy of a segment, under a key of its own, once its entries are
+	// folded: what a fold's delete that its device missed leaves.
+	var seg []byte
+	for d := range r.mems {
+		_ = r.mems[d].Iterate(ctx, []byte("\x00kvarray-plog"), func(k []byte) error {
+			if seg == nil {
+				seg, _ = r.mems[d].Retrieve(ctx, k)
+			}
+			return nil
+		})
+	}
+	if seg == nil {
+		t.Fatal("no segment after logged updates")
+	}
+	// Every device's log loaded, and folded: the copy is then known to
+	// no load to come.
+	if err := r.a.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stray := format.Key(append([]byte("\x00kvarray-plog"), 0xff, 0, 0, 0, 0, 0, 0, 1), 0, format.KindArray)
+	if err := r.mems[2].Store(ctx, stray, seg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.a.Scrub(ctx, true); err != nil {
+		t.Fatalf("scrub --repair: %v", err)
+	}
+	if n := segments(r); n != 0 {
+		t.Errorf("after scrub --repair %d segments are left, want none", n)
+	}
+	everyPairReads(t, r, live, "after the sweep")
 }

@@ -454,7 +454,7 @@ func (m *Mechanism) fold(ctx context.Context, set, v uint64) {
 	l.mu.Unlock()
 	// A delete that fails leaves a segment whose entries are older than
 	// their parities: loaded again at the next open, they are skipped and
-	// folded by the next replay.
+	// folded by the next replay; until then Settle's sweep deletes it.
 	m.env.Do(context.WithoutCancel(ctx), del)
 	l.mu.Lock()
 	if l.folding--; l.folding == 0 {
@@ -804,6 +804,51 @@ func (m *Mechanism) Settle(ctx context.Context) error {
 	// A background replay may have folded a set just before: its
 	// segment deletes may still be in flight.
 	m.log.waitFolds()
+	errs = append(errs, m.sweepSegments(ctx))
+	return errors.Join(errs...)
+}
+
+// sweepSegments deletes the segments on the devices whose log is loaded
+// that no entry refers to: those whose delete a fold could not do, their
+// device being down or not yet taken back (a device's segments are loaded
+// once, when it answers again, and a fold that races that load releases
+// segments the load skipped as known). Otherwise they would stay until the
+// next open loads and folds them. It holds appendMu alone, as a load does:
+// no segment is being written, so every segment of a live entry is
+// registered, and one written but not registered (its store reported
+// failed) holds only entries the log has elsewhere or never took.
+func (m *Mechanism) sweepSegments(ctx context.Context) error {
+	l := m.log
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
+	l.loadMu.Lock()
+	loaded := slices.Clone(l.loaded)
+	l.loadMu.Unlock()
+	var ops []mechanism.Op
+	for d, ok := range loaded {
+		if !ok || m.env.State(d) != mechanism.Healthy {
+			continue
+		}
+		err := m.env.Device(d).Iterate(ctx, logKeyPrefix, func(key []byte) error {
+			l.mu.Lock()
+			_, known := l.segs[segRef{d, string(key)}]
+			l.mu.Unlock()
+			if !known {
+				ops = append(ops, mechanism.Op{Dev: d, Op: device.Op{Kind: device.OpDelete, Key: slices.Clone(key)}})
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("packing: log segments of device %d: %w", d, err)
+		}
+	}
+	m.env.Do(ctx, ops)
+	var errs []error
+	for i := range ops {
+		if err := ops[i].Err; err != nil && !errors.Is(err, device.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("packing: delete log segment on device %d: %w", ops[i].Dev, err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
