@@ -207,10 +207,11 @@ func build(devs []device.Device, opts []Option) (*Array, error) {
 		o:      o,
 		byRM:   map[format.RM]mechanism.Mechanism{},
 		byName: map[string]mechanism.Mechanism{},
-		locks:  keylock.New(),
 		async:  make(chan struct{}, 64*o.parallelism),
 		stop:   make(chan struct{}),
 	}
+	// Resync's Quiesce waits for the turns held when it starts.
+	a.locks = keylock.New(keylock.WithHolder(a.env))
 	if o.metaCache > 0 {
 		a.meta = newMetaCache(o.metaCache, o.valueCache, o.valueMax)
 	}

@@ -174,6 +174,10 @@ func (a *Array) Resync(ctx context.Context, i int, opts ...HealOption) (RebuildR
 	if err := a.env.CatchUpRecords(ctx, i); err != nil {
 		return rep, fmt.Errorf("resync device %d (%s): delete the records it holds that were cleared: %w", i, rep.Name, err)
 	}
+	// Operations that found the device Failed and are still running
+	// record their misses before they end: wait for them, or the keys
+	// they missed would be left stale behind a device called in sync.
+	a.env.Quiesce()
 	keys := a.env.Missed(i)
 	work := make([]healItem, 0, len(keys))
 	for _, k := range keys {

@@ -52,10 +52,11 @@ type Env struct {
 	states []atomic.Uint32
 	rec    records
 	// Write watches (see WatchWrites), per device, and the calls of Do
-	// in flight per epoch, which WatchWrites waits for.
+	// and turns of key locks in flight per epoch, which Quiesce waits for.
 	watches  []atomic.Pointer[Watch]
 	epoch    atomic.Uint64
 	inflight [2]atomic.Int64
+	quiesce  sync.Mutex
 	clock    hlc.Clock
 }
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/device/mem"
 	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/internal/keylock"
 	"github.com/kvarray/kvarray/mechanism"
 )
 
@@ -126,5 +128,49 @@ func TestRecordKeepsTwoCopies(t *testing.T) {
 		if !again.Missing(3, key) {
 			t.Fatalf("with device %d down too, a restart no longer knows device 3 missed the write", down)
 		}
+	}
+}
+
+// TestQuiesceWaitsForMissesUnderATurn: a write that found a device Failed
+// records the miss after its Do returns (Acknowledge), still holding its
+// key's turn. A resync that marks the device Healthy meanwhile must see
+// that miss: Quiesce returns only once the turn ends. Invariant: after
+// Quiesce, every miss of an operation that started before it is recorded
+// (without it, Packing's background replay recorded a parity stale after
+// a resync had finished, and a second pair of failures lost a set).
+func TestQuiesceWaitsForMissesUnderATurn(t *testing.T) {
+	ctx := context.Background()
+	devs := []device.Device{mem.New(), mem.New(), mem.New(), mem.New()}
+	env := mechanism.NewEnv(devs, []string{"a", "b", "c", "d"}, device.Limits{}.WithDefaults())
+	locks := keylock.New(keylock.WithHolder(env))
+	key := format.Key([]byte("k"), 0, format.KindData)
+	env.SetState(1, mechanism.Failed)
+
+	missed := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		tk, err := locks.Lock(ctx, []byte("k"))
+		if err != nil {
+			done <- err
+			return
+		}
+		defer tk.Release()
+		ops := []mechanism.Op{{Dev: 0}, {Dev: 1}, {Dev: 2}}
+		for i := range ops {
+			ops[i].Op = device.Op{Kind: device.OpStore, Key: key, Value: []byte("v")}
+		}
+		env.Do(ctx, ops)
+		close(missed)
+		time.Sleep(20 * time.Millisecond) // the resync runs meanwhile
+		done <- env.Acknowledge(ctx, ops)
+	}()
+	<-missed
+	env.SetState(1, mechanism.Healthy)
+	env.Quiesce()
+	if got := env.Missed(1); len(got) != 1 || string(got[0]) != string(key) {
+		t.Fatalf("after Quiesce device 1's records are %q, want the key the running write missed", got)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -38,12 +38,34 @@ const watchMax = 1 << 20
 func (e *Env) WatchWrites(dev int) *Watch {
 	w := &Watch{dev: dev, touched: map[string]uint64{}}
 	e.watches[dev].Store(w)
+	e.Quiesce()
+	return w
+}
+
+// Quiesce returns once every Do call and every Begin (without its End)
+// that started before it has ended. Resync uses it: a write that found a
+// device Failed records the miss after its Do returns (Acknowledge,
+// MarkStale), under the turn of its key (keylock.WithHolder reports
+// turns here), so once the device is Healthy again and Quiesce returns,
+// every miss of it by an operation already running is recorded, and no
+// later operation misses it for being Failed.
+func (e *Env) Quiesce() {
+	// One at a time: a second epoch change while the first waits would
+	// send new calls to the slot the first is draining.
+	e.quiesce.Lock()
+	defer e.quiesce.Unlock()
 	old := e.epoch.Add(1) - 1
 	for e.inflight[old&1].Load() != 0 {
 		time.Sleep(100 * time.Microsecond)
 	}
-	return w
 }
+
+// Begin registers an operation that Quiesce waits for, until End with
+// Begin's result: the turns of the array's and mechanisms' key locks.
+func (e *Env) Begin() uint64 { return e.enter() }
+
+// End ends what Begin started.
+func (e *Env) End(ep uint64) { e.exit(ep) }
 
 // Unwatch ends w.
 func (e *Env) Unwatch(w *Watch) { e.watches[w.dev].CompareAndSwap(w, nil) }

@@ -11,9 +11,25 @@ import (
 
 // Table holds the per-key queues.
 type Table struct {
-	mu sync.Mutex
-	m  map[string]*queue
+	mu     sync.Mutex
+	m      map[string]*queue
+	holder Holder
 }
+
+// Holder is told of every turn while it is held: Begin when the turn
+// comes (Wait returns), End with Begin's result at Release. It lets a
+// caller wait for every turn held at some moment to end (see
+// mechanism.Env.Quiesce) without knowing the keys.
+type Holder interface {
+	Begin() uint64
+	End(uint64)
+}
+
+// Option configures a Table.
+type Option func(*Table)
+
+// WithHolder reports every turn held on the table to h.
+func WithHolder(h Holder) Option { return func(t *Table) { t.holder = h } }
 
 type queue struct {
 	tail chan struct{} // closed when the last ticket taken is released
@@ -27,10 +43,17 @@ type Ticket struct {
 	prev   chan struct{} // closed when the previous turn ends; nil if none
 	done   chan struct{}
 	waited bool
+	held   uint64 // Holder.Begin's result, while waited
 }
 
 // New returns an empty table.
-func New() *Table { return &Table{m: make(map[string]*queue)} }
+func New(opts ...Option) *Table {
+	t := &Table{m: make(map[string]*queue)}
+	for _, o := range opts {
+		o(t)
+	}
+	return t
+}
 
 // Enqueue takes the next turn on key.
 func (t *Table) Enqueue(key []byte) *Ticket {
@@ -68,12 +91,18 @@ func (tk *Ticket) Wait(ctx context.Context) error {
 		}
 	}
 	tk.waited = true
+	if h := tk.t.holder; h != nil {
+		tk.held = h.Begin()
+	}
 	return nil
 }
 
 // Release ends the turn. A turn released without having been waited for
 // still ends only after the turns before it, so order is kept.
 func (tk *Ticket) Release() {
+	if h := tk.t.holder; h != nil && tk.waited {
+		h.End(tk.held)
+	}
 	if tk.waited || tk.prev == nil {
 		close(tk.done)
 	} else {

@@ -110,3 +110,56 @@ func TestCancelledWaitKeepsOrder(t *testing.T) {
 		t.Fatalf("%d keys left", tb.Len())
 	}
 }
+
+// countHolder counts the turns a Table reports.
+type countHolder struct {
+	mu         sync.Mutex
+	begun, end int
+}
+
+func (h *countHolder) Begin() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.begun++
+	return uint64(h.begun)
+}
+
+func (h *countHolder) End(ep uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if int(ep) > h.begun {
+		panic("End of a turn never begun")
+	}
+	h.end++
+}
+
+func (h *countHolder) counts() (int, int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.begun, h.end
+}
+
+// TestHolderSeesHeldTurns: the holder hears of a turn from when it comes
+// until it is released, and never of a turn that was not waited for or
+// whose wait was cancelled.
+func TestHolderSeesHeldTurns(t *testing.T) {
+	h := &countHolder{}
+	tb := New(WithHolder(h))
+	first, err := tb.Lock(context.Background(), []byte("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, e := h.counts(); b != 1 || e != 0 {
+		t.Fatalf("while held: %d begun, %d ended, want 1, 0", b, e)
+	}
+	tb.Enqueue([]byte("k")).Release() // never waited for
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := tb.Lock(ctx, []byte("k")); err == nil {
+		t.Fatal("a turn behind a held one came with its context cancelled")
+	}
+	first.Release()
+	if b, e := h.counts(); b != 1 || e != 1 {
+		t.Fatalf("after release: %d begun, %d ended, want 1, 1", b, e)
+	}
+}

@@ -119,7 +119,7 @@ func New(k, r int, wait time.Duration, opts ...Option) mechanism.Factory {
 			return nil, fmt.Errorf("packing: %w", err)
 		}
 		m := &Mechanism{env: env, k: k, r: r, wait: wait, codec: codec, idle: logIdle,
-			sets: keylock.New(), pending: make([][]*entry, env.N()), log: newDeltaLog(env.N()), ids: env.Clock()}
+			sets: keylock.New(keylock.WithHolder(env)), pending: make([][]*entry, env.N()), log: newDeltaLog(env.N()), ids: env.Clock()}
 		for _, o := range opts {
 			o(m)
 		}
