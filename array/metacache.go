@@ -182,44 +182,36 @@ func (c *metaCache) setComplete() {
 // get returns what the cache knows of key: ok false when it must be read.
 // A key it has no entry for has no value (m nil) while it is complete.
 func (c *metaCache) get(key []byte) (metaEntry, bool) {
-	if c == nil {
-		return metaEntry{}, false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.byKey[string(key)]
-	if !ok {
-		return metaEntry{headN: -1}, c.complete
-	}
-	c.lru.MoveToFront(e)
-	ent := *e.Value.(*metaEntry)
-	return ent, ent.known
+	e, _, ok := c.lookup(key, false)
+	return e, ok
 }
 
-// value returns a copy of key's whole value when the value cache has it
-// for key's entry.
-func (c *metaCache) value(key []byte) ([]byte, bool) {
-	if c == nil || c.values == nil {
-		return nil, false
+// lookup is get, and, when withValue, a copy of key's whole value if the
+// value cache has it for key's entry (nil otherwise): one turn of the
+// lock for a cached read.
+func (c *metaCache) lookup(key []byte, withValue bool) (metaEntry, []byte, bool) {
+	if c == nil {
+		return metaEntry{}, nil, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.byKey[string(key)]
 	if !ok {
-		return nil, false
-	}
-	ent := e.Value.(*metaEntry)
-	if !ent.known || ent.m == nil || !ent.cached {
-		return nil, false
-	}
-	b, ok := c.values.HasGet(nil, key)
-	if !ok || len(b) < stampLen || binary.LittleEndian.Uint64(b) != ent.hdr.Version || uint64(len(b)-stampLen) != ent.hdr.ObjectLen {
-		ent.cached = false // dropped (or never taken): read it again
-		return nil, false
+		return metaEntry{headN: -1}, nil, c.complete
 	}
 	c.lru.MoveToFront(e)
-	c.hits.Add(1)
-	return b[stampLen:], true
+	ent := e.Value.(*metaEntry)
+	var v []byte
+	if withValue && ent.known && ent.m != nil && ent.cached && c.values != nil {
+		b, ok := c.values.HasGet(nil, key)
+		if ok && len(b) >= stampLen && binary.LittleEndian.Uint64(b) == ent.hdr.Version && uint64(len(b)-stampLen) == ent.hdr.ObjectLen {
+			v = b[stampLen:]
+			c.hits.Add(1)
+		} else {
+			ent.cached = false // dropped (or never taken): read it again
+		}
+	}
+	return *ent, v, ent.known
 }
 
 // put records that key's value is held by m with split-0 header h (m nil:

@@ -804,14 +804,12 @@ func (a *Array) retrieveValue(ctx context.Context, key []byte) ([]byte, error) {
 	// The metadata cache knows exactly whether key has a value of its own
 	// pieces, as it knows what a store replaces (see metaCache), and
 	// keeps some values whole.
-	if e, ok := a.meta.get(key); ok {
+	if e, v, ok := a.meta.lookup(key, true); ok {
 		switch {
 		case e.m == nil:
 			return nil, ErrNotFound
-		case e.cached:
-			if v, ok := a.meta.value(key); ok {
-				return v, nil
-			}
+		case v != nil:
+			return v, nil
 		}
 	}
 	a.meta.missed()

@@ -140,19 +140,18 @@ func (a *Array) retrieveRanges(ctx context.Context, key []byte, rs []Range) ([][
 			return sliceRanges(v, rs), int64(len(v)), nil
 		}
 	}
-	if e, known := a.meta.get(key); known {
+	if e, v, known := a.meta.lookup(key, true); known {
 		if e.m == nil {
 			return nil, 0, ErrNotFound
 		}
 		if out, total, ok := e.headRanges(rs); ok {
 			return out, total, nil
 		}
-		if e.cached {
-			if v, ok := a.meta.value(key); ok {
-				return sliceRanges(v, rs), int64(len(v)), nil
-			}
+		if v != nil {
+			return sliceRanges(v, rs), int64(len(v)), nil
 		}
 	}
+	a.meta.missed()
 	var want int64 // bytes asked for, at most peekMax+1
 	for _, r := range rs {
 		want = min(want+min(r.Len, peekMax+1), peekMax+1)

@@ -89,14 +89,24 @@ func TestValueCache(t *testing.T) {
 		t.Error("a read after a repair was answered from the cache")
 	}
 
-	// Ranges of a kept value come from it too.
-	before := r.retrieves()
+	// Ranges of a kept value come from it too (a hit); a range read of a
+	// value not kept reads the devices (a miss).
+	before, stats := r.retrieves(), r.a.ValueCacheStats()
 	bs, total, err := r.a.RetrieveRanges(ctx, []byte("k"), Range{Off: 10, Len: 5}, Range{Off: 2999, Len: 9})
 	if err != nil || total != 3000 || string(bs[0]) != "11111" || string(bs[1]) != "1" {
 		t.Fatalf("ranges: %q %d %v", bs, total, err)
 	}
 	if n := r.retrieves() - before; n != 0 {
 		t.Errorf("a range read of a kept value read the devices %d times", n)
+	}
+	r.mustStore("unkept", v2)
+	r.a.meta.values.Del([]byte("unkept"))
+	if _, err := r.a.RetrieveRange(ctx, []byte("unkept"), 100, 5); err != nil {
+		t.Fatal(err)
+	}
+	if now := r.a.ValueCacheStats(); now.Hits != stats.Hits+1 || now.Misses != stats.Misses+1 {
+		t.Errorf("a range read of a kept value and one of a value not kept: %d hits, %d misses, want 1, 1",
+			now.Hits-stats.Hits, now.Misses-stats.Misses)
 	}
 
 	// Larger than the largest value kept: always read.
@@ -133,7 +143,8 @@ func TestValueCacheEntries(t *testing.T) {
 	m := newRig(t, 6, everyMechanism()).a.def // any mechanism: the cache only keeps it
 	has := func(key string, want []byte) {
 		t.Helper()
-		got, ok := c.value([]byte(key))
+		_, got, _ := c.lookup([]byte(key), true)
+		ok := got != nil
 		switch {
 		case want == nil && ok:
 			t.Errorf("%s: the cache has a value", key)
