@@ -56,7 +56,9 @@ func startAnswerLostProcess(t *testing.T, cc crashConfig, mems []*mem.Device, at
 func (p *crashPlan) everyAnswerLost(t *testing.T) (points int, fails []crashFailure) {
 	return p.everyPoint(t, func(j int, at int64, snap []*mem.Device, out outcomes) []crashFailure {
 		o := p.ops[j]
-		err := startAnswerLostProcess(t, p.cc, snap, at).apply(o)
+		proc := startAnswerLostProcess(t, p.cc, snap, at)
+		err := proc.apply(o)
+		proc.stop() // the process stops: its background work too, before the restart
 		var fails []crashFailure
 		c := crashed{at: at, inFlight: j, out: out}
 		switch {

@@ -253,6 +253,12 @@ type crashProcess struct {
 	crash *faultdev.Crash
 }
 
+// stop ends the process's background work (its clock lease renewal, a
+// Packing replay), which would otherwise keep its array, and all it
+// holds, alive until the test binary exits: a crash test abandons
+// thousands of processes.
+func (p *crashProcess) stop() { p.a.halt() }
+
 // startCrashProcess opens (or creates) the array over mems with a crash
 // point at device operation at, counted from the end of the open; a
 // negative at never crashes. The process is dropped, never closed:
@@ -565,6 +571,7 @@ var repairErr = regexp.MustCompile(`^repair ("(?:[^"\\]|\\.)*"):`)
 func (p *crashPlan) everyOpFromSnapshots(t *testing.T) (points int, fails []crashFailure) {
 	return p.everyPoint(t, func(j int, at int64, snap []*mem.Device, out outcomes) []crashFailure {
 		proc := startCrashProcess(t, p.cc, snap, false, at)
+		defer proc.stop()
 		return p.check(t, snap, p.runUntilCrash(proc, j, j+1, out, at))
 	})
 }
@@ -576,6 +583,7 @@ func (p *crashPlan) everyOpFromSnapshots(t *testing.T) (points int, fails []cras
 func (p *crashPlan) everyPoint(t *testing.T, fault func(j int, at int64, snap []*mem.Device, out outcomes) []crashFailure) (points int, fails []crashFailure) {
 	mems := newCrashMems()
 	live := startCrashProcess(t, p.cc, mems, true, -1)
+	defer live.stop()
 	out := outcomes{}
 	onlyOp, onlyAt, narrowed := crashPoint(t)
 	for j := range p.ops {
@@ -585,7 +593,9 @@ func (p *crashPlan) everyPoint(t *testing.T, fault func(j int, at int64, snap []
 		}
 		count := startCrashProcess(t, p.cc, cloneMems(t, mems), false, -1)
 		p.runUntilCrash(count, j, j+1, maps.Clone(out), -1)
-		for at := int64(0); at < count.crash.Count(); at++ {
+		ops := count.crash.Count()
+		count.stop()
+		for at := int64(0); at < ops; at++ {
 			if narrowed && at != onlyAt {
 				continue
 			}
@@ -603,10 +613,13 @@ func (p *crashPlan) everyPoint(t *testing.T, fault func(j int, at int64, snap []
 func (p *crashPlan) everyOpReplayed(t *testing.T) (points int, fails []crashFailure) {
 	total := startCrashProcess(t, p.cc, newCrashMems(), true, -1)
 	p.runUntilCrash(total, 0, len(p.ops), outcomes{}, -1)
-	for at := int64(0); at < total.crash.Count(); at++ {
+	ops := total.crash.Count()
+	total.stop()
+	for at := int64(0); at < ops; at++ {
 		mems := newCrashMems()
 		proc := startCrashProcess(t, p.cc, mems, true, at)
 		fails = append(fails, p.check(t, mems, p.runUntilCrash(proc, 0, len(p.ops), outcomes{}, at))...)
+		proc.stop()
 		points++
 	}
 	return points, fails

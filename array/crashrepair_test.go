@@ -35,6 +35,7 @@ func TestCrashDuringRepair(t *testing.T) {
 			// degraded while device 3 is down.
 			mems := newCrashMems()
 			live := startCrashProcess(t, cc, mems, true, -1)
+			defer live.stop()
 			out := outcomes{}
 			p.runUntilCrash(live, 0, 20, out, -1)
 			mems[3].Fail()
@@ -66,6 +67,7 @@ func TestCrashDuringRepair(t *testing.T) {
 			// evenly spread, by default (the repair of huge values runs
 			// to a thousand device operations and more).
 			total := count.crash.Count()
+			count.stop()
 			stride := int64(1)
 			if os.Getenv("KVARRAY_CRASH_OPS") == "" {
 				stride = (total + 249) / 250
@@ -78,6 +80,7 @@ func TestCrashDuringRepair(t *testing.T) {
 				proc := startCrashProcess(t, cc, snap, false, at)
 				restoreStates(proc.a, live.a)
 				repair(proc.a)
+				proc.stop()
 				fails = append(fails, p.check(t, snap, crashed{at: at, inFlight: len(p.ops), out: maps.Clone(out)})...)
 			}
 			p.report(t, fmt.Sprintf("during the repair (every %d of %d device operations)", stride, total), points, fails)
