@@ -136,7 +136,9 @@ func (a *Array) AdoptDevice(ctx context.Context, i int) error { return a.Replace
 
 // Resync re-admits device i, which was failed and answers again with its
 // data: its header must still say it is member i of this array. It then
-// repairs every key its resync record lists.
+// repairs every key its resync record lists, the misses of operations
+// still running when it re-admits the device included (it waits for them
+// to record those). Must not be called holding a key's turn.
 func (a *Array) Resync(ctx context.Context, i int, opts ...HealOption) (RebuildReport, error) {
 	rep := RebuildReport{Dev: i}
 	if err := a.checkDev(i); err != nil {

@@ -70,8 +70,8 @@ func (e *Env) End(ep uint64) { e.exit(ep) }
 // Unwatch ends w.
 func (e *Env) Unwatch(w *Watch) { e.watches[w.dev].CompareAndSwap(w, nil) }
 
-// enter registers a Do call in the current epoch (see WatchWrites), and
-// exit ends it.
+// enter registers a Do call or a Begin in the current epoch (see
+// Quiesce), and exit ends it.
 func (e *Env) enter() uint64 {
 	for {
 		ep := e.epoch.Load()
