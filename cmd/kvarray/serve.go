@@ -92,6 +92,7 @@ func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
 	}
 	sc := cfg.Serve
 	tuneGC(serveMemoryLimit)
+	tuneProcs()
 	if o.metricsListen == "" {
 		o.metricsListen = sc.MetricsListen
 	}
