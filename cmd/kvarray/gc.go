@@ -52,10 +52,10 @@ func tuneGC(memoryLimit int64) {
 // runtime's monitor hands the P off (20 µs to 10 ms later): on 2 cores, 2
 // Ps were often both held so, while the connections and commit loops
 // ready to run waited (a trace of a SET load: 9.5 s of scheduling delay
-// in the commit loops in 5 s). With 8, redis-benchmark SET of 4 KiB ran
-// 12–19% faster at -c 16 and at -c 50 -P 16 (bench/serve.sh, three A/B
-// pairs), at no more CPU per SET. A rebuild, bound by the cores, ran 10%
-// slower with 8: the heal commands keep the default.
+// in the commit loops in 5 s). With 8, redis-benchmark SETs of 4 KiB ran
+// 11–27% faster and GETs 25% faster, at no more CPU per operation
+// (bench/serve.sh A/B, docs/benchmarks.md). A rebuild, bound by the cores,
+// ran about 10% slower with 8: the heal commands keep the default.
 const serveMinProcs = 8
 
 // tuneProcs raises GOMAXPROCS to serveMinProcs, leaving what the
