@@ -65,9 +65,22 @@ type committer struct {
 // tried and measured worse: more fsyncs, no more SET/s; so was lingering
 // only until as many writers as the last group had have joined (smaller
 // groups, more fsyncs).
+//
+// Since serve runs with 8 Ps (cmd/kvarray/gc.go) a commit loop no longer
+// waits for a P behind goroutines in fdatasync, so the groups fill sooner
+// and a shorter wait does as well. bench/serve.sh, the binaries
+// alternating in one evening, means of 2 to 6 runs (CPU per SET):
+//
+//	                   -c 4          -c 16         -c 50 -P 16
+//	200 µs per writer  2,983 (388µs) 5,402 (199µs) 12,028 (140µs)
+//	100 µs per writer  3,202 (392µs) 7,013 (199µs) 11,945 (143µs)
+//	no linger          -             6,382 (241µs) 11,382 (150µs)
+//
+// (50 µs per writer did as well as 100 at -c 16; a cap of 1 ms in place
+// of 2 changed nothing.)
 const (
 	lingerAt        = 2
-	lingerPerWriter = 200 * time.Microsecond
+	lingerPerWriter = 100 * time.Microsecond
 	lingerMax       = 2 * time.Millisecond
 )
 
