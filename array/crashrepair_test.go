@@ -1,11 +1,15 @@
 package array
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"testing"
 
+	"github.com/kvarray/kvarray/format"
 	"github.com/kvarray/kvarray/mechanism"
 )
 
@@ -95,4 +99,47 @@ func restoreStates(a, from *Array) {
 	for i := 0; i < a.N(); i++ {
 		a.SetDeviceState(i, from.DeviceState(i))
 	}
+}
+
+// TestRepairKeepsWhatReadsReturn: a store that a crash cut short may leave
+// a newer copy on a device past the key's primary while the primary keeps
+// the old one. A read returns the primary's copy; a repair (scrub, or a
+// heal) must keep that value and overwrite the stray copy, not complete
+// the store the read showed as not done: a client that read the old value
+// after the restart acts on it. (Found by a chaos run of `kvarray serve`:
+// kill -9 under load, restart, reads, then `scrub --repair`.)
+func TestRepairKeepsWhatReadsReturn(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, 6, allMechanisms())
+	key := []byte("cut-short")
+	old := bytes.Repeat([]byte("o"), 3000)
+	r.mustStore(string(key), old, Using("replication"))
+	p := r.a.primary(key, 0)
+	past := (p + 1) % 6
+	if !slices.Contains(r.holders(string(key), 0), past) {
+		t.Fatalf("device %d holds no copy (holders %v)", past, r.holders(string(key), 0))
+	}
+	// The cut-short store's copy: a newer version on one device past
+	// the primary.
+	stray, err := r.piece(past, string(key), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := stray.Header
+	h.Version += 1 << 20
+	if err := r.mems[past].Store(ctx, format.Key(key, 0, format.KindData), format.Encode(&h, bytes.Repeat([]byte("n"), 3000))); err != nil {
+		t.Fatal(err)
+	}
+	r.reopen()
+	r.mustRead(string(key), old)
+	if _, err := r.a.Repair(ctx, key); err != nil {
+		t.Fatalf("repair: %v", err)
+	}
+	r.mustRead(string(key), old)
+	if got, err := r.piece(past, string(key), 0); err != nil || !bytes.Equal(got.Payload, old) {
+		t.Fatalf("device %d after the repair: %d bytes, err %v; want the primary's copy", past, len(got.Payload), err)
+	}
+	// With the primary lost now, the others still hold the value read.
+	r.replace(p)
+	r.mustRead(string(key), old)
 }

@@ -104,9 +104,7 @@ func (m *Mechanism) Store(ctx context.Context, k mechanism.Key, obj mechanism.Ob
 // when it is good; otherwise every copy is read, the newest good one wins
 // and is written over the bad and stale ones.
 func (m *Mechanism) Retrieve(ctx context.Context, k mechanism.Key, have []mechanism.Piece) ([]byte, format.Header, error) {
-	// A good piece is current: a device that missed writes of the key
-	// answers ErrStale instead (see mechanism.Env.Do).
-	if p := &have[0]; p.OK() && p.Dev == k.Primary && m.mine(&p.Value.Header) && (k.Want == 0 || p.Value.Version == k.Want) {
+	if p := &have[0]; m.primaryGood(k, p) {
 		return p.Value.Payload, p.Value.Header, nil
 	}
 	best, _, err := m.heal(ctx, k, have)
@@ -121,7 +119,15 @@ func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.He
 	return m.RepairWith(ctx, k, hint, nil)
 }
 
-// heal reads all copies of k (reusing have), picks the newest good one and
+// primaryGood reports whether p is a good copy of k's on its primary: the
+// key's value. A good piece is current: a device that missed writes of the
+// key answers ErrStale instead (see mechanism.Env.Do).
+func (m *Mechanism) primaryGood(k mechanism.Key, p *mechanism.Piece) bool {
+	return p.OK() && p.Dev == k.Primary && m.mine(&p.Value.Header) && (k.Want == 0 || p.Value.Version == k.Want)
+}
+
+// heal reads all copies of k (reusing have), picks the primary's when it is
+// good (what a read returns) and the newest good one otherwise, and
 // rewrites the others. Rewrites that fail are not errors: the value is
 // still returned, and the copy stays for a later repair.
 func (m *Mechanism) heal(ctx context.Context, k mechanism.Key, have []mechanism.Piece) (*mechanism.Piece, int, error) {
@@ -133,6 +139,16 @@ func (m *Mechanism) heal(ctx context.Context, k mechanism.Key, have []mechanism.
 	}
 	pieces := m.env.ReadSpan(ctx, k, 0, n, have)
 	v := mechanism.Newest(k, pieces, m.mine)
+	if p := &pieces[0]; m.primaryGood(k, p) {
+		// The primary's good copy is what a read returns (the array
+		// locates a value by its primary). A newer copy past it is of a
+		// store that never reached the primary, so never acknowledged:
+		// a store is acknowledged once each copy landed or its miss is
+		// on record, and a recorded miss hides the primary's copy as
+		// stale. The repair keeps what reads return, so that a value
+		// read after a crash does not change later without a write.
+		v = p.Value.Version
+	}
 	if v == 0 {
 		if allNotFound(pieces) && k.Want == 0 {
 			return nil, 0, fmt.Errorf("%s split %d of key %q: %w", m.name, k.Split, k.User, device.ErrNotFound)
