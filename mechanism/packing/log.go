@@ -250,6 +250,21 @@ func (l *deltaLog) newer(set, v uint64) []*logEntry {
 	return slices.Clone(es[i:])
 }
 
+// lists reports whether the newest logged change of slot in set, if any,
+// left it holding split k.Split of k.User at version v: what a change of
+// that piece must start from to chain.
+func (l *deltaLog) lists(set uint64, slot int, k mechanism.Key, v uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	es := l.sets[set]
+	for i := len(es) - 1; i >= 0; i-- {
+		if e := es[i]; e.slot == slot {
+			return !e.leave && e.mb.version == v && e.mb.split == k.Split && string(e.mb.key) == string(k.User)
+		}
+	}
+	return true
+}
+
 // applyFields brings the membership f at version v up to date with the log
 // and returns its version.
 func (l *deltaLog) applyFields(f *parityFields, v uint64) (uint64, error) {

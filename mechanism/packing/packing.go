@@ -947,6 +947,14 @@ func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mech
 		return true, err
 	}
 	defer tk.Release()
+	m.loadLog(ctx)
+	if !m.log.lists(f.set, f.slot, k, old.Version) {
+		// The log says the slot no longer holds this piece: a leave
+		// logged by a store that a crash cut short before it overwrote
+		// the member. A change logged from it would not chain, and
+		// every parity of the set would read as bad: move the member.
+		return false, nil
+	}
 	mb := member{slot: f.slot, dev: k.Primary, key: slices.Clone(k.User), split: k.Split, splits: obj.Splits,
 		splitLen: uint32(len(value)), objectLen: obj.ObjectLen, version: obj.Version}
 	e := &logEntry{g: f.geometry, slot: f.slot, from: old.Version, mb: mb, delta: xorPad(old.Payload, value)}
