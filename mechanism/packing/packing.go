@@ -949,10 +949,12 @@ func (m *Mechanism) updateInPlace(ctx context.Context, k mechanism.Key, obj mech
 	defer tk.Release()
 	m.loadLog(ctx)
 	if !m.log.lists(f.set, f.slot, k, old.Version) {
-		// The log says the slot no longer holds this piece: a leave
-		// logged by a store that a crash cut short before it overwrote
-		// the member. A change logged from it would not chain, and
-		// every parity of the set would read as bad: move the member.
+		// The log does not list this piece at its slot: a change of it
+		// that a crash cut short (a leave logged before the store that
+		// moved it overwrote it, or an update logged whose piece never
+		// landed). A change logged from the piece would not chain, and
+		// every parity of the set would read as bad: the member moves
+		// (its leave settles the set).
 		return false, nil
 	}
 	mb := member{slot: f.slot, dev: k.Primary, key: slices.Clone(k.User), split: k.Split, splits: obj.Splits,
@@ -1173,8 +1175,11 @@ func (m *Mechanism) detachFrom(ctx context.Context, k mechanism.Key, f memberFie
 	// A leave is logged as an update to virtual zeros: the delta is the
 	// old bytes, and the entry drops the member from the membership. No
 	// parity is read or written; Replay folds it (and deletes a set it
-	// empties).
-	if ok {
+	// empties). Unless the log does not list the piece at its slot (a
+	// change of it that a crash cut short: logged, its piece never
+	// written): the leave would not chain, and the set settles it below.
+	m.loadLog(ctx)
+	if ok && m.log.lists(f.set, f.slot, k, old.Version) {
 		e := &logEntry{g: f.geometry, slot: f.slot, from: old.Version, leave: true,
 			mb: member{slot: f.slot, dev: k.Primary, key: slices.Clone(k.User), split: k.Split}, delta: slices.Clone(old.Payload)}
 		if done, err := m.logChange(ctx, k, e, f.roster, nil); done {
