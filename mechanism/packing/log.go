@@ -32,6 +32,13 @@ package packing
 //   - Changes to one set are serialised by the set lock, from the read of
 //     the old member to the entry's landing, so a set's entries have
 //     distinct, ordered versions.
+//   - A change is logged only from what the log lists at its slot: the
+//     member's piece on its primary, of the version the newest entry of
+//     the slot left. A piece the log does not list there (a change of it
+//     cut short: its entry logged, its piece never written; or a leave
+//     logged before the store that moved it) does not chain; the set
+//     settles it first (loads the set, retires the slot, rewrites the
+//     parities), and an update then moves the member to another set.
 //   - An entry is in memory once one copy of it is durable, and stays
 //     there, and in its segments, until a parity of its set was rewritten
 //     at a version at least its own (replay, repair, an in-place patch):

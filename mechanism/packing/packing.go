@@ -624,6 +624,16 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member, le
 			best = j
 		}
 	}
+	if best < 0 && len(roster) == 0 && slices.ContainsFunc(pars, func(p parity) bool { return errors.Is(p.Err, errLogGap) && p.f.set == g.set }) {
+		// A parity that reads whole but does not chain with the log
+		// (a change logged from a piece its set no longer listed) says
+		// who the members are, with the log's entries: the set is
+		// rebuilt from those whose pieces still claim their slots, the
+		// pieces reads return. Never when no parity reads at all: a
+		// parity on a device that is down may list members no entry
+		// names.
+		roster = m.candidates(g, pars)
+	}
 	if best < 0 {
 		st, err := m.fromRoster(ctx, g, roster)
 		if err == nil && leaving != nil {
@@ -738,6 +748,32 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member, le
 		}
 	}
 	return st, nil
+}
+
+// candidates returns who may be a member of set g, as its parities pars
+// (as far as their log chains) and the log's entries of it name them.
+func (m *Mechanism) candidates(g geometry, pars []parity) []member {
+	var out []member
+	add := func(mb member) {
+		if !slices.ContainsFunc(out, func(x member) bool {
+			return x.slot == mb.slot && x.split == mb.split && string(x.key) == string(mb.key)
+		}) {
+			out = append(out, mb)
+		}
+	}
+	for j := range pars {
+		if pars[j].f.set == g.set {
+			for _, mb := range pars[j].f.members {
+				add(mb)
+			}
+		}
+	}
+	for _, e := range m.log.newer(g.set, 0) {
+		mb := e.mb
+		mb.slot = e.slot
+		add(mb)
+	}
+	return out
 }
 
 // fromRoster rebuilds a set whose parities are all lost from its members:
