@@ -489,22 +489,9 @@ func TestPackingLogStraySegment(t *testing.T) {
 // value of the set reads back with any two devices failed, and a scrub
 // finds nothing unrecoverable.
 func TestUpdateAfterACutShortLeave(t *testing.T) {
-	r := newRig(t, 6, hybridAll()...)
+	r := packingRig(t, 0)
 	rng := newRand(t)
-	live := map[string][]byte{}
-	var keys []string
-	for i := range 4 {
-		k := fmt.Sprintf("packed-%d", i)
-		keys = append(keys, k)
-		live[k] = randBytes(rng, 12<<10)
-	}
-	storeConcurrently(t, r.a, keys, slices.Collect(func(yield func([]byte) bool) {
-		for _, k := range keys {
-			if !yield(live[k]) {
-				return
-			}
-		}
-	}))
+	keys, live := storePacked(t, r, rng, 8)
 	// The cut-short move of packed-0: its leave logged, its primary not
 	// yet overwritten.
 	key := []byte(keys[0])
@@ -519,17 +506,9 @@ func TestUpdateAfterACutShortLeave(t *testing.T) {
 	}
 	r.reopen()
 	r.mustRead(keys[0], live[keys[0]])
-	live[keys[0]] = randBytes(rng, 12<<10)
+	live[keys[0]] = randBytes(rng, 500)
 	r.mustStore(keys[0], live[keys[0]])
-	rep, err := r.a.Scrub(ctx, false)
-	if err != nil {
-		t.Fatalf("scrub: %v", err)
-	}
-	for _, m := range rep.Mechanisms {
-		if m.Unrecoverable > 0 {
-			t.Fatalf("scrub after the update: %d %s keys unrecoverable: %v", m.Unrecoverable, m.Mechanism, rep.Errors)
-		}
-	}
+	nothingUnrecoverable(t, r, "after the update")
 	everyPairReads(t, r, live, "after the update")
 }
 
@@ -546,50 +525,48 @@ func TestChangeAfterACutShortUpdate(t *testing.T) {
 	for _, del := range []bool{false, true} {
 		t.Run(map[bool]string{false: "update", true: "delete"}[del], func(t *testing.T) {
 			var cut [6]faultdev.Toggle
-			errCut := errors.New("the write was cut short")
-			r := newFaultRig(t, func(i int, _ *mem.Device) faultdev.Injector {
-				cut[i].Injector = faultdev.OnWrites(faultdev.OnPrefix(format.Key([]byte("packed-0"), 0, format.KindData),
-					faultdev.Always(errCut)))
-				return &cut[i]
-			}, hybridAll()...)
+			r := newFaultRig(t, func(i int, _ *mem.Device) faultdev.Injector { return &cut[i] },
+				WithMechanisms(packing.New(4, 2, 0), replication.New(3)), WithDefault("packing"))
 			rng := newRand(t)
-			live := map[string][]byte{}
-			var keys []string
-			var vals [][]byte
-			for i := range 4 {
-				k := fmt.Sprintf("packed-%d", i)
-				keys = append(keys, k)
-				vals = append(vals, randBytes(rng, 12<<10))
-				live[k] = vals[i]
-			}
-			storeConcurrently(t, r.a, keys, vals)
-			p := r.a.primary([]byte("packed-0"), 0)
+			keys, live := storePacked(t, r, rng, 8)
+			key := keys[0]
+			// Set while the toggles are off: MaybeError reads it only when on.
+			p := r.a.primary([]byte(key), 0)
+			cut[p].Injector = faultdev.OnWrites(faultdev.OnPrefix(format.Key([]byte(key), 0, format.KindData),
+				faultdev.Always(errors.New("the write was cut short"))))
 			cut[p].On()
-			if err := r.a.Store(ctx, []byte("packed-0"), randBytes(rng, 12<<10)); err == nil {
+			if err := r.a.Store(ctx, []byte(key), randBytes(rng, 500)); err == nil {
 				t.Fatal("the update whose member write failed succeeded")
 			}
 			cut[p].Off()
 			r.reopen()
-			r.mustRead("packed-0", live["packed-0"])
+			r.mustRead(key, live[key])
 			if del {
-				if err := r.a.Delete(ctx, []byte("packed-0")); err != nil {
+				if err := r.a.Delete(ctx, []byte(key)); err != nil {
 					t.Fatalf("delete: %v", err)
 				}
-				delete(live, "packed-0")
+				delete(live, key)
 			} else {
-				live["packed-0"] = randBytes(rng, 12<<10)
-				r.mustStore("packed-0", live["packed-0"])
+				live[key] = randBytes(rng, 500)
+				r.mustStore(key, live[key])
 			}
-			rep, err := r.a.Scrub(ctx, false)
-			if err != nil {
-				t.Fatalf("scrub: %v", err)
-			}
-			for _, m := range rep.Mechanisms {
-				if m.Unrecoverable > 0 {
-					t.Fatalf("scrub after the change: %d %s keys unrecoverable: %v", m.Unrecoverable, m.Mechanism, rep.Errors)
-				}
-			}
+			nothingUnrecoverable(t, r, "after the change")
 			everyPairReads(t, r, live, "after the change")
 		})
+	}
+}
+
+// nothingUnrecoverable fails the test when a scrub (a check) finds a key
+// it cannot recover.
+func nothingUnrecoverable(t *testing.T, r *rig, when string) {
+	t.Helper()
+	rep, err := r.a.Scrub(ctx, false)
+	if err != nil {
+		t.Fatalf("scrub %s: %v", when, err)
+	}
+	for _, m := range rep.Mechanisms {
+		if m.Unrecoverable > 0 {
+			t.Fatalf("scrub %s: %d %s keys unrecoverable: %v", when, m.Unrecoverable, m.Mechanism, rep.Errors)
+		}
 	}
 }
