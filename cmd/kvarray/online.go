@@ -50,9 +50,13 @@ func dialAdmin(ctx context.Context, path string) (*redis.Client, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, nil
 	}
+	// A socket file left by a server that died refuses the dial: that
+	// is an answer (none runs), not something to retry or to log (go-redis
+	// logs dial failures to stderr, once the pool gives up retrying).
+	redis.SetLogger(silentLogger{})
 	cl := redis.NewClient(&redis.Options{
 		Network: "unix", Addr: path, MaxRetries: -1, PoolSize: 4,
-		DialTimeout: 2 * time.Second,
+		DialTimeout: 2 * time.Second, DialerRetries: 1,
 		// Rebuilds and scrubs take as long as they take; ^C (the
 		// context) ends the wait, not a timeout.
 		ReadTimeout: -1, ContextTimeoutEnabled: true,

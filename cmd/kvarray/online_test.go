@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -147,5 +150,39 @@ func waitWrites(t *testing.T, l *load, n int64) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the load made %d writes, waiting for %d", l.writes.Load(), n)
 		}
+	}
+}
+
+// TestAdminSocketOfADeadServer: a server killed with -9 leaves its admin
+// socket file behind. A command then opens the devices itself, without
+// go-redis's "failed to dial after 5 attempts" on stderr (which every
+// command printed, after half a second of retries). Run as a process of
+// its own, as go-redis's logger writes to the stderr it started with.
+func TestAdminSocketOfADeadServer(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "kvarray.yaml")
+	if err := os.WriteFile(cfg, []byte("devices: [mem:a, mem:b, mem:c]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path, err := adminSocket(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	l.Close() // the file stays, nobody listens
+	cmd := exec.Command(os.Args[0], "-test.run=^TestServeHelperProcess$")
+	cmd.Env = append(os.Environ(), "KVARRAY_SERVE_HELPER=--config "+cfg+" status")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	_ = cmd.Run() // mem devices start empty: status reports what it finds
+	if !strings.Contains(out.String(), "array ") {
+		t.Fatalf("status did not report the array: stdout %q, stderr %q", out.String(), errOut.String())
+	}
+	if strings.Contains(errOut.String(), "dial") {
+		t.Fatalf("status logged the dead socket: %q", errOut.String())
 	}
 }
