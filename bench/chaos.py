@@ -4,7 +4,10 @@ real load, real faults on the default embedded array (6 Pebble devices,
 hybrid: values of 100 B to 3 MB, so every mechanism takes part).
 
 Faults, in turn, each under a write load of SETs, DELs and APPENDs:
-  1. kill -9 of the server, several times, restarted each time;
+  1. kill -9 of the server under the load, several times: each restart
+     is followed by reads of every key and `scrub --repair`, as the docs
+     ask after an unclean shutdown (until that scrub a write in flight at
+     the crash may still surface if a device is lost: the write hole);
   2. a device's directory removed (the server keeps serving, degraded),
      then the server killed, the device replaced and rebuilt offline;
   3. a device restored from an older copy of itself (it must be refused
@@ -18,7 +21,8 @@ Invariant, checked after each fault for every key (a GET of each):
   - an append log holds exactly its acknowledged records, in order (plus
     the one in flight), never a torn or repeated record;
   - once a read has shown a value, it stays until the next write (a
-    repair may not complete a write the read showed as not done).
+    repair may not complete a write the read showed as not done), so
+    every check after a crash is followed by a scrub and another check.
 At the end `scrub` (read-only) must find nothing unrecoverable and
 `kvarray status` must say clean.
 
@@ -200,13 +204,23 @@ def settle_scrub(what, repair):
     return rep
 
 start()
+def after_crash(what):
+    """What the docs ask after an unclean shutdown: reads first (they
+    decide the writes in flight), then `scrub --repair`, which must not
+    move any key off what they returned. Until that scrub, a write in
+    flight at the crash may still surface if a device is lost (the write
+    hole: docs/ARCHITECTURE.md, Known limits)."""
+    check(what)
+    settle_scrub(what, True)
+    check(f"{what}, after scrub --repair")
+
 # 1. kill -9 under load
 for i in range(args.kills):
     ts = load(random.uniform(1, 3))
     kill()
     join(ts)
     start()
-    check(f"kill -9 #{i + 1}")
+    after_crash(f"kill -9 #{i + 1}")
 # 2. a device's directory removed under load
 ts = load(1.5)
 # Renamed away first: removing a directory that Pebble keeps writing
@@ -216,13 +230,12 @@ shutil.rmtree(os.path.join(W, "dev3.removed"), ignore_errors=True)
 time.sleep(2)
 join(ts)
 check("device 3 removed under load")
-ts = load(1)
+join(load(1))
 kill()
-join(ts)
 cli("replace", "3")
 cli("rebuild", "3", "--json")
 start()
-check("device 3 replaced and rebuilt")
+after_crash("device 3 replaced and rebuilt")
 # 3. a device restored from an older copy
 kill()
 shutil.copytree(os.path.join(W, "data", "dev4"), os.path.join(W, "dev4.old"))
@@ -238,9 +251,8 @@ settle_scrub("under load", True)
 join(ts)
 check("scrub --repair under load")
 # 4. a rebuild killed midway, then run again
-ts = load(1)
+join(load(1))
 kill()
-join(ts)
 shutil.rmtree(os.path.join(W, "data", "dev1"))
 cli("replace", "1")
 p = subprocess.Popen([BIN, "rebuild", "1"], cwd=W, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
