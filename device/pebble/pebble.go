@@ -515,11 +515,15 @@ func (d *Device) sample(ctx context.Context) {
 // leaves out the WAL being written until it is rotated, which holds all
 // the data not yet flushed.
 // Nor does it count blob files (separated values) at all in this version
-// of Pebble, though it lists them in BlobFiles.
+// of Pebble, though it lists them in BlobFiles. It adds the bytes of
+// compactions in progress, a signed count, so the sum can fall below
+// zero: that printed as 16 EiB (status showed it once on every device,
+// after a crash; the cause is not pinned down) and, with a capacity,
+// would refuse every write. No device uses less than nothing.
 func diskUsage(m *pdb.Metrics) int64 {
 	u := m.DiskSpaceUsage() - m.WAL.PhysicalSize + max(m.WAL.PhysicalSize, m.WAL.Size)
 	local := m.BlobFiles.Local.LiveSize + m.BlobFiles.Local.ObsoleteSize
-	return int64(u - local + max(local, m.BlobFiles.LiveSize+m.BlobFiles.ObsoleteSize))
+	return max(int64(u-local+max(local, m.BlobFiles.LiveSize+m.BlobFiles.ObsoleteSize)), 0)
 }
 
 // admit counts n bytes about to be written against the capacity.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	pdb "github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
@@ -535,5 +536,21 @@ func TestCloseWaitsForCalls(t *testing.T) {
 	}
 	if len(afterClose) != 1 || !errors.Is(afterClose[0], device.ErrDeviceFailed) {
 		t.Fatalf("Store after Close began: %v, want ErrDeviceFailed", afterClose)
+	}
+}
+
+// TestDiskUsageNeverNegative: Pebble's figures that diskUsage combines
+// include a signed one (compactions in progress); a sum below zero must
+// read as nothing used, not as 16 EiB (or, with a capacity, a full device).
+func TestDiskUsageNeverNegative(t *testing.T) {
+	var m pdb.Metrics
+	m.Compact.InProgressBytes = -4096
+	if got := diskUsage(&m); got != 0 {
+		t.Fatalf("diskUsage with -4096 bytes of compactions in progress: %d, want 0", got)
+	}
+	m.Compact.InProgressBytes = 0
+	m.WAL.Size = 1000 // the WAL being written, not yet in the physical size
+	if got := diskUsage(&m); got != 1000 {
+		t.Fatalf("diskUsage of a 1000-byte WAL: %d", got)
 	}
 }
