@@ -2,7 +2,6 @@ package array
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -109,7 +108,6 @@ func restoreStates(a, from *Array) {
 // after the restart acts on it. (Found by a chaos run of `kvarray serve`:
 // kill -9 under load, restart, reads, then `scrub --repair`.)
 func TestRepairKeepsWhatReadsReturn(t *testing.T) {
-	ctx := context.Background()
 	r := newRig(t, 6, allMechanisms())
 	key := []byte("cut-short")
 	old := bytes.Repeat([]byte("o"), 3000)

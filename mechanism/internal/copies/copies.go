@@ -138,8 +138,10 @@ func (m *Mechanism) heal(ctx context.Context, k mechanism.Key, have []mechanism.
 		}
 	}
 	pieces := m.env.ReadSpan(ctx, k, 0, n, have)
-	v := mechanism.Newest(k, pieces, m.mine)
-	if p := &pieces[0]; m.primaryGood(k, p) {
+	var v uint64
+	if p := &pieces[0]; !m.primaryGood(k, p) {
+		v = mechanism.Newest(k, pieces, m.mine)
+	} else {
 		// The primary's good copy is what a read returns (the array
 		// locates a value by its primary). A newer copy past it is of a
 		// store that never reached the primary, so never acknowledged:
