@@ -257,6 +257,32 @@ func (l *deltaLog) newer(set, v uint64) []*logEntry {
 	return slices.Clone(es[i:])
 }
 
+// claimed returns the members parity f of version v names once every
+// newer logged change of its set is applied, chained or not: what the set
+// claims to hold. When a change does not chain (a gap) the set cannot
+// vouch for these, but no older piece of a member may be read over them.
+func (l *deltaLog) claimed(f parityFields, v uint64) []member {
+	ms := slices.Clone(f.members)
+	for _, e := range l.newer(f.set, v) {
+		ms = slices.DeleteFunc(ms, func(mb member) bool { return mb.slot == e.slot })
+		if !e.leave {
+			ms = append(ms, e.mb)
+		}
+	}
+	return ms
+}
+
+// newest returns the version of set's newest logged change, v when none
+// is newer.
+func (l *deltaLog) newest(set, v uint64) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if es := l.sets[set]; len(es) > 0 && es[len(es)-1].pv > v {
+		return es[len(es)-1].pv
+	}
+	return v
+}
+
 // lists reports whether the newest logged change of slot in set, if any,
 // left it holding split k.Split of k.User at version v: what a change of
 // that piece must start from to chain.

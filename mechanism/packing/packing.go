@@ -1363,6 +1363,10 @@ func (m *Mechanism) recover(ctx context.Context, k mechanism.Key, have []mechani
 			if len(have) > 0 && errors.Is(have[0].Err, device.ErrNotFound) && k.Want == 0 {
 				return nil, format.Header{}, false, fmt.Errorf("packing split %d of key %q: %w", k.Split, k.User, device.ErrNotFound)
 			}
+			if c, claimed := m.claimOf(k); claimed {
+				return nil, format.Header{}, false, mechanism.Lost(k, Name, have,
+					fmt.Sprintf("set %x lists version %d, but no parity of it can vouch for its members (its delta log has a gap)", c.g.set, c.m.version))
+			}
 			return nil, format.Header{}, false, mechanism.Lost(k, Name, have, "in no set the surviving parities know of")
 		}
 		g = e.g
@@ -1603,10 +1607,16 @@ func (m *Mechanism) retire(st *setState) error {
 // setIndex maps members to their sets, from the newest parity of each set
 // seen on the devices (and kept current with the sets this process
 // writes).
+//
+// A set none of whose parities can vouch for its members (a delta log
+// that does not chain: errLogGap) is not in sets, but what it claims to
+// hold is kept in claims: a member's newest claimed version, which no
+// older piece of its key may be read over (see Locate).
 type setIndex struct {
 	sets    map[uint64]indexedSet
 	members map[string]uint64 // member key‖split → set id
-	scanned []bool            // devices whose parities were read
+	claims  map[string]indexEntry
+	scanned []bool // devices whose parities were read
 }
 
 type indexedSet struct {
@@ -1615,7 +1625,24 @@ type indexedSet struct {
 }
 
 func newSetIndex() *setIndex {
-	return &setIndex{sets: map[uint64]indexedSet{}, members: map[string]uint64{}}
+	return &setIndex{sets: map[uint64]indexedSet{}, members: map[string]uint64{}, claims: map[string]indexEntry{}}
+}
+
+// claim records the members a parity of version v that cannot vouch for
+// them claims, unless its set is known from a parity that can, at v or
+// newer.
+func (x *setIndex) claim(g geometry, members []member, v uint64) {
+	if s, ok := x.sets[g.set]; ok && s.version >= v {
+		return
+	}
+	for _, mb := range members {
+		k := memberKey(mb.key, mb.split)
+		if c, ok := x.claims[k]; ok && c.m.version >= mb.version {
+			continue
+		}
+		mb.key = slices.Clone(mb.key)
+		x.claims[k] = indexEntry{g: g, m: mb, version: v}
+	}
 }
 
 // note records parity f of version v, unless a newer one of its set is
@@ -1626,6 +1653,11 @@ func (x *setIndex) note(f *parityFields, v uint64) {
 	old, ok := x.sets[f.set]
 	if ok && old.version > v {
 		return
+	}
+	for k, c := range x.claims {
+		if c.g.set == f.set && c.version <= v {
+			delete(x.claims, k) // vouched for now
+		}
 	}
 	if ok {
 		for _, mb := range old.f.members {
@@ -1677,15 +1709,36 @@ func (x *setIndex) entry(k string) (indexEntry, bool) {
 
 // Locate finds the set holding split k from the parities on the devices
 // that answer, checks that the set still holds it, and returns the header
-// the member was written with.
+// the member was written with. When a set that no parity can vouch for
+// (a log gap) claims a newer version of k, that version is returned: the
+// member cannot be read, and a read must fail rather than take an older
+// piece of k on another device for its value.
 func (m *Mechanism) Locate(ctx context.Context, k mechanism.Key) (format.Header, bool, error) {
 	e, ok, err := m.lookup(ctx, k)
-	if err != nil || !ok {
-		return format.Header{}, ok, err
+	if err != nil {
+		return format.Header{}, false, err
+	}
+	if c, claimed := m.claimOf(k); claimed && (!ok || c.m.version > e.m.version) {
+		e, ok = c, true
+	}
+	if !ok {
+		return format.Header{}, false, nil
 	}
 	f := memberFields{geometry: e.g, slot: e.m.slot}
 	return format.Header{RM: format.RMPacking, EC: erasure.ReedSolomon, Splits: e.m.splits, SplitLen: e.m.splitLen,
 		ObjectLen: e.m.objectLen, Version: e.m.version, Fields: f.encode()}, true, nil
+}
+
+// claimOf returns what a set that cannot vouch for its members claims of
+// split k (see setIndex), once the index is built.
+func (m *Mechanism) claimOf(k mechanism.Key) (indexEntry, bool) {
+	m.idxMu.Lock()
+	defer m.idxMu.Unlock()
+	if m.index == nil {
+		return indexEntry{}, false
+	}
+	c, ok := m.index.claims[memberKey(k.User, k.Split)]
+	return c, ok
 }
 
 func (m *Mechanism) lookup(ctx context.Context, k mechanism.Key) (indexEntry, bool, error) {
@@ -1779,9 +1832,13 @@ func (m *Mechanism) indexParities(ctx context.Context, idx *setIndex, d int, key
 			continue
 		}
 		m.ids.Observe(v.Version)
+		claimed := m.log.claimed(f, v.Version)
 		version, err := m.log.applyFields(&f, v.Version)
 		if err != nil {
-			continue // a gap: the parity is bad, its set is known from the others
+			// A gap: the parity is bad, its set is known from the
+			// others, or only by what it claims.
+			idx.claim(f.geometry, claimed, m.log.newest(f.set, v.Version))
+			continue
 		}
 		idx.note(&f, version)
 	}
