@@ -486,31 +486,51 @@ func TestPackingLogStraySegment(t *testing.T) {
 // entry, and every one after it, would not chain, and both parities of
 // the set, protecting its other members too, would read as bad for good
 // (found by a chaos run of `kvarray serve`: scrub reported the set as
-// unrecoverable after every repair). Invariant: after the update, every
+// unrecoverable after every repair). The same holds when a replay (idle,
+// in the background) ran between the crash and the update: folded, the
+// leave would be gone from the log, which alone tells the update that
+// its set no longer lists the piece. Invariant: after the update, every
 // value of the set reads back with any two devices failed, and a scrub
 // finds nothing unrecoverable.
 func TestUpdateAfterACutShortLeave(t *testing.T) {
-	r := packingRig(t, 0)
-	rng := newRand(t)
-	keys, live := storePacked(t, r, rng, 8)
-	// The cut-short move of packed-0: its leave logged, its primary not
-	// yet overwritten.
-	key := []byte(keys[0])
-	k := r.a.key(key, 0)
-	v, err := r.piece(k.Primary, keys[0], 0)
-	if err != nil {
-		t.Fatal(err)
+	for _, replayed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "logged", true: "replayed"}[replayed], func(t *testing.T) {
+			r := packingRig(t, 0)
+			rng := newRand(t)
+			keys, live := storePacked(t, r, rng, 8)
+			// The cut-short move of packed-0: its leave logged, its
+			// primary not yet overwritten.
+			key := []byte(keys[0])
+			k := r.a.key(key, 0)
+			v, err := r.piece(k.Primary, keys[0], 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pm := packingMech(t, r)
+			if err := pm.Release(ctx, k, &mechanism.Prev{Header: v.Header, Payload: v.Payload}, 1); err != nil {
+				t.Fatalf("leave: %v", err)
+			}
+			r.reopen()
+			settleIf(t, r, replayed)
+			r.mustRead(keys[0], live[keys[0]])
+			live[keys[0]] = randBytes(rng, 500)
+			r.mustStore(keys[0], live[keys[0]])
+			nothingUnrecoverable(t, r, "after the update")
+			everyPairReads(t, r, live, "after the update")
+		})
 	}
-	pm := packingMech(t, r)
-	if err := pm.Release(ctx, k, &mechanism.Prev{Header: v.Header, Payload: v.Payload}, 1); err != nil {
-		t.Fatalf("leave: %v", err)
+}
+
+// settleIf replays the delta log (Settle) when replayed is set, as the
+// idle replay of a serving process would.
+func settleIf(t *testing.T, r *rig, replayed bool) {
+	t.Helper()
+	if !replayed {
+		return
 	}
-	r.reopen()
-	r.mustRead(keys[0], live[keys[0]])
-	live[keys[0]] = randBytes(rng, 500)
-	r.mustStore(keys[0], live[keys[0]])
-	nothingUnrecoverable(t, r, "after the update")
-	everyPairReads(t, r, live, "after the update")
+	if err := r.a.Settle(ctx); err != nil {
+		t.Fatalf("settle: %v", err)
+	}
 }
 
 // TestChangeAfterACutShortUpdate: an in-place update of a packed value logs
@@ -523,8 +543,9 @@ func TestUpdateAfterACutShortLeave(t *testing.T) {
 // every live value of the set reads back with any two devices failed, and
 // a scrub finds nothing unrecoverable.
 func TestChangeAfterACutShortUpdate(t *testing.T) {
-	for _, del := range []bool{false, true} {
-		t.Run(map[bool]string{false: "update", true: "delete"}[del], func(t *testing.T) {
+	for _, c := range []struct{ del, replayed bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		del := c.del
+		t.Run(map[bool]string{false: "update", true: "delete"}[del]+map[bool]string{false: "", true: "/replayed"}[c.replayed], func(t *testing.T) {
 			var cut [6]faultdev.Toggle
 			r := newFaultRig(t, func(i int, _ *mem.Device) faultdev.Injector { return &cut[i] },
 				WithMechanisms(packing.New(4, 2, 0), replication.New(3)), WithDefault("packing"))
@@ -541,6 +562,7 @@ func TestChangeAfterACutShortUpdate(t *testing.T) {
 			}
 			cut[p].Off()
 			r.reopen()
+			settleIf(t, r, c.replayed)
 			r.mustRead(key, live[key])
 			if del {
 				if err := r.a.Delete(ctx, []byte(key)); err != nil {

@@ -39,6 +39,14 @@ package packing
 //     logged before the store that moved it) does not chain; the set
 //     settles it first (loads the set, retires the slot, rewrites the
 //     parities), and an update then moves the member to another set.
+//   - So a set's entries are not folded into its parities (replayed)
+//     while the primary of a member still holds a piece that an entry of
+//     its slot replaced (unlanded): folded, the log would no longer tell
+//     that the set does not list the piece reads return.
+//   - A set none of whose parities can vouch for it (every one has a gap)
+//     still claims the members its parities and entries name: a member's
+//     claimed version is what its key's reads are held to (Locate), so
+//     that an older piece of the key elsewhere is never read over it.
 //   - An entry is in memory once one copy of it is durable, and stays
 //     there, and in its segments, until a parity of its set was rewritten
 //     at a version at least its own (replay, repair, an in-place patch):
@@ -707,8 +715,9 @@ func (l *deltaLog) oldestSets() []uint64 {
 }
 
 // Replay writes the parities of set with its log entries applied and
-// forgets the entries. A set none of whose parities reads well is
-// repaired whole instead.
+// forgets the entries, unless a change has not reached its member
+// (unlanded): the set then waits. A set none of whose parities reads
+// well is repaired whole instead.
 func (m *Mechanism) Replay(ctx context.Context, set uint64) error {
 	m.loadLog(ctx)
 	es := m.log.newer(set, 0)
@@ -721,6 +730,9 @@ func (m *Mechanism) Replay(ctx context.Context, set uint64) error {
 		return err
 	}
 	defer tk.Release()
+	if m.unlanded(ctx, set, es) {
+		return nil // the set waits: see unlanded
+	}
 	pars := m.readParities(ctx, g)
 	var ops []mechanism.Op
 	var v uint64
@@ -777,6 +789,42 @@ func (m *Mechanism) Replay(ctx context.Context, set uint64) error {
 		}
 	}
 	return nil
+}
+
+// unlanded reports whether a logged change of set has not reached its
+// member's primary: the piece there is still one a logged change of its
+// slot replaced. The change is in flight, or a crash cut it short after
+// logging it (a leave logged before the store that moved the key
+// overwrote the member; an update whose member write failed), and reads
+// return that piece. Folded into the parities, the change would leave the
+// set not listing the piece reads return, so the key's next change would
+// be logged from a version the set does not list, and every parity of
+// the set would read as bad for good (a gap). Kept logged, it is seen by
+// that next change (deltaLog.lists), which moves the member instead, and
+// by a repair of the key (scrub), which protects the piece again; the
+// set folds once its log chains with its members. A primary that cannot
+// be read cannot tell: its piece is rebuilt as the log has it.
+func (m *Mechanism) unlanded(ctx context.Context, set uint64, es []*logEntry) bool {
+	replaced := map[int][]uint64{} // slot → versions its entries changed from
+	var slots []*logEntry          // one entry per slot, to read its member
+	for _, e := range es {
+		if _, seen := replaced[e.slot]; !seen {
+			slots = append(slots, e)
+		}
+		replaced[e.slot] = append(replaced[e.slot], e.from)
+	}
+	for _, e := range slots {
+		k := mechanism.Key{User: e.mb.key, Split: e.mb.split, Primary: e.mb.dev}
+		p := m.env.Read(ctx, k.Data(), []int{k.Primary})[0]
+		if !p.OK() || p.Value.RM != format.RMPacking {
+			continue
+		}
+		f, err := decodeMember(p.Value.Fields)
+		if err == nil && f.set == set && f.slot == e.slot && slices.Contains(replaced[e.slot], p.Value.Version) {
+			return true
+		}
+	}
+	return false
 }
 
 // left reports whether one of es is a leave.
