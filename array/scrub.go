@@ -15,6 +15,10 @@ import (
 	"github.com/kvarray/kvarray/mechanism"
 )
 
+// Unlocated is the ScrubCounts row of keys whose mechanism a scrub could
+// not tell: no piece of theirs has a readable header.
+const Unlocated = "unlocated"
+
 // ScrubCounts is what a scrub found for one mechanism.
 type ScrubCounts struct {
 	Mechanism string `json:"mechanism"`
@@ -24,6 +28,11 @@ type ScrubCounts struct {
 	BadPieces int64 `json:"bad_pieces"`
 	// Unrecoverable counts keys that could not be read back.
 	Unrecoverable int64 `json:"unrecoverable_keys"`
+	// Waiting counts keys that could not be checked because a device
+	// they need is down (failed, or being rebuilt), with nothing found
+	// lost: they are checked once it is back (resync) or rebuilt (which
+	// reports any key it cannot restore).
+	Waiting int64 `json:"waiting_keys"`
 }
 
 // ScrubReport is the outcome of Scrub.
@@ -36,6 +45,22 @@ type ScrubReport struct {
 	Orphans int64         `json:"orphaned_pieces"`
 	Elapsed time.Duration `json:"elapsed_ns"`
 	Errors  []string      `json:"errors,omitempty"`
+}
+
+// waits reports whether err, a key's repair error, says only that a
+// device the key needs is down: no piece found bad beyond what its
+// mechanism tolerates (ErrDataLoss).
+func waits(err error) bool {
+	return err != nil && !errors.Is(err, ErrDataLoss) && (errors.Is(err, device.ErrDeviceFailed) || errors.Is(err, ErrUnavailable))
+}
+
+// Waiting is the number of keys that wait for a device that is down.
+func (r ScrubReport) Waiting() int64 {
+	var n int64
+	for _, m := range r.Mechanisms {
+		n += m.Waiting
+	}
+	return n
 }
 
 // Problems is the number of things found wrong.
@@ -95,6 +120,9 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 	for _, m := range a.mechs {
 		per[m.Name()] = &ScrubCounts{Mechanism: m.Name()}
 	}
+	// Keys whose mechanism cannot be told (no readable header, the
+	// primary down): a row of their own, so that none goes uncounted.
+	per[""] = &ScrubCounts{Mechanism: Unlocated}
 	var mu sync.Mutex
 	var done, orphans atomic.Int64
 	var tick func()
@@ -113,7 +141,10 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 		if c := per[name]; c != nil {
 			c.Keys++
 			c.BadPieces += bad
-			if err != nil {
+			switch {
+			case waits(err):
+				c.Waiting++
+			case err != nil:
 				c.Unrecoverable++
 			}
 		}
@@ -142,6 +173,9 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 	}
 	for _, m := range a.mechs {
 		rep.Mechanisms = append(rep.Mechanisms, *per[m.Name()])
+	}
+	if u := per[""]; u.Keys > 0 {
+		rep.Mechanisms = append(rep.Mechanisms, *u)
 	}
 	if o.progress != nil {
 		o.progress(Progress{Dev: -1, Keys: rep.Keys, Total: rep.Keys, Elapsed: rep.Elapsed, Completed: true})

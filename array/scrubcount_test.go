@@ -251,3 +251,68 @@ func TestScrubWhileKeysChange(t *testing.T) {
 		})
 	}
 }
+
+// TestScrubWaitsForADownDevice: a key that cannot be checked because a
+// device it needs is down (here a Packing set: one parity corrupt, the
+// other on a failed device) is waiting, not unrecoverable: nothing says it
+// is lost, and once the device is back a repair restores the set. A value
+// whose pieces are there but bad beyond its tolerance (a corrupt Hashing
+// copy, its only one) is unrecoverable, and counted although its
+// mechanism cannot be told (a scrub once left such keys out of every
+// count, and exited 0).
+func TestScrubWaitsForADownDevice(t *testing.T) {
+	ctx := context.Background()
+	r := packingRig(t, 0)
+	keys, live := storePacked(t, r, newRand(t), 4)
+	var parity []byte
+	var devs []int
+	eachParity(t, r, func(d int, k []byte, _, _ []int) {
+		if parity == nil || string(k) == string(parity) {
+			parity = k
+			devs = append(devs, d)
+		}
+	})
+	if len(devs) != 2 {
+		t.Fatalf("parity %q on devices %v, want 2", parity, devs)
+	}
+	if err := r.mems[devs[0]].Corrupt(parity); err != nil {
+		t.Fatal(err)
+	}
+	r.reopen()
+	r.mems[devs[1]].Fail()
+	counts := func() map[string]ScrubCounts {
+		t.Helper()
+		rep, err := r.a.Scrub(ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := map[string]ScrubCounts{}
+		for _, m := range rep.Mechanisms {
+			c[m.Mechanism] = m
+		}
+		return c
+	}
+	if p := counts()["packing"]; p.Waiting != 1 || p.Unrecoverable != 0 {
+		t.Fatalf("packing: %d waiting, %d unrecoverable; want 1 and 0", p.Waiting, p.Unrecoverable)
+	}
+	r.mems[devs[1]].Recover()
+	for d, err := range r.heal() {
+		if err != nil {
+			t.Fatalf("resync %d: %v", d, err)
+		}
+	}
+	if _, err := r.a.Scrub(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		r.mustRead(k, live[k])
+	}
+	nothingUnrecoverable(t, r, "once the device is back")
+	r.mustStore("bad", []byte("corrupt"), Using("hashing"))
+	if err := r.mems[r.a.key([]byte("bad"), 0).Primary].Corrupt(format.Key([]byte("bad"), 0, format.KindData)); err != nil {
+		t.Fatal(err)
+	}
+	if u := counts()[Unlocated]; u.Keys != 1 || u.Unrecoverable != 1 {
+		t.Fatalf("unlocated: %d keys, %d unrecoverable; want 1 and 1", u.Keys, u.Unrecoverable)
+	}
+}

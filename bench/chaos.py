@@ -197,7 +197,7 @@ def settle_scrub(what, repair):
     except ValueError:
         print(f"  scrub ({what}): exit {r.returncode}: {r.stderr.strip()[:300]}")
         return None
-    found = " ".join(f"{m['mechanism']} {m['bad_pieces']} bad/{m['unrecoverable_keys']} lost" for m in rep["mechanisms"])
+    found = " ".join(f"{m['mechanism']} {m['bad_pieces']} bad/{m['unrecoverable_keys']} lost/{m['waiting_keys']} waiting" for m in rep["mechanisms"])
     print(f"  scrub{' --repair' if repair else ''} ({what}): exit {r.returncode}; {found}", flush=True)
     for e in (rep.get("errors") or [])[:3]:
         print("    ", e.replace("\n", " | ")[:300])

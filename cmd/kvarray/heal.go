@@ -627,7 +627,7 @@ func (c *cli) reportScrub(rep array.ScrubReport, err error, interrupted, repair,
 		return fmt.Errorf("scrub: %w", err)
 	case unrecoverable > 0:
 		return fmt.Errorf("scrub: %d keys are unrecoverable (first: %s)", unrecoverable, firstOr(rep.Errors, "?"))
-	case rep.Problems() > 0 && !repair:
+	case rep.Problems() > 0 && !repair, rep.Waiting() > 0:
 		c.exit = exitNo
 	}
 	return nil
@@ -655,6 +655,9 @@ func printScrub(out io.Writer, r array.ScrubReport, interrupted bool, skipped []
 	}
 	if len(skipped) > 0 {
 		fmt.Fprintf(out, "not checked: failed devices %s\n", strings.Join(skipped, ", "))
+	}
+	if n := r.Waiting(); n > 0 {
+		fmt.Fprintf(out, "waiting: %d keys need a device that is down; they are checked once it is back or rebuilt\n", n)
 	}
 	p := r.Problems()
 	switch {
