@@ -124,11 +124,11 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 	// primary down): a row of their own, so that none goes uncounted.
 	per[""] = &ScrubCounts{Mechanism: Unlocated}
 	var mu sync.Mutex
-	var done, orphans atomic.Int64
+	var done, orphans, failed atomic.Int64 // failed: unrecoverable or waiting
 	var tick func()
 	if o.progress != nil {
 		tick = func() {
-			o.progress(Progress{Dev: -1, Keys: done.Load(), Total: total(), Elapsed: time.Since(start)})
+			o.progress(Progress{Dev: -1, Keys: done.Load(), Total: total(), Failed: failed.Load(), Elapsed: time.Since(start)})
 		}
 	}
 	stopTick := every(o.every, tick)
@@ -136,6 +136,9 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 		name, bad, orphan, err := a.scrubOne(ctx, it, repair)
 		done.Add(1)
 		orphans.Add(orphan)
+		if err != nil {
+			failed.Add(1)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if c := per[name]; c != nil {
@@ -178,7 +181,7 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 		rep.Mechanisms = append(rep.Mechanisms, *u)
 	}
 	if o.progress != nil {
-		o.progress(Progress{Dev: -1, Keys: rep.Keys, Total: rep.Keys, Elapsed: rep.Elapsed, Completed: true})
+		o.progress(Progress{Dev: -1, Keys: rep.Keys, Total: rep.Keys, Failed: failed.Load(), Elapsed: rep.Elapsed, Completed: true})
 	}
 	return rep, ctx.Err()
 }

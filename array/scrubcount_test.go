@@ -280,11 +280,19 @@ func TestScrubWaitsForADownDevice(t *testing.T) {
 	}
 	r.reopen()
 	r.mems[devs[1]].Fail()
+	var last Progress
 	counts := func() map[string]ScrubCounts {
 		t.Helper()
-		rep, err := r.a.Scrub(ctx, false)
+		rep, err := r.a.Scrub(ctx, false, WithProgress(func(p Progress) { last = p }, time.Hour))
 		if err != nil {
 			t.Fatal(err)
+		}
+		failed := int64(0)
+		for _, m := range rep.Mechanisms {
+			failed += m.Unrecoverable + m.Waiting
+		}
+		if !last.Completed || last.Failed != failed || failed == 0 {
+			t.Fatalf("the scrub's last progress, %+v, does not count the keys it failed: %+v", last, rep)
 		}
 		c := map[string]ScrubCounts{}
 		for _, m := range rep.Mechanisms {
