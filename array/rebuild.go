@@ -808,7 +808,11 @@ func (a *Array) heal(ctx context.Context, dev int, source func(emit func(healIte
 	report(true)
 	if rep.Failed > 0 && (checkpoint == nil || a.othersImpaired(dev)) {
 		saveAt()
-		return rep, fmt.Errorf("heal device %d (%s): %d of %d keys could not be repaired (first: %s)", dev, rep.Name, rep.Failed, seq, errs[0])
+		why := ""
+		if checkpoint != nil {
+			why = " while another device is down: the device stays rebuilding; run the rebuild again once that device is back or rebuilt"
+		}
+		return rep, fmt.Errorf("heal device %d (%s): %d of %d keys could not be repaired%s (first: %s)", dev, rep.Name, rep.Failed, seq, why, errs[0])
 	}
 	if a.env.State(dev) == mechanism.Rebuilding {
 		// What it restored deferred is durable before it counts as whole

@@ -141,6 +141,9 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		if name == "" && err == nil {
+			return // orphans only: counted as such
+		}
 		if c := per[name]; c != nil {
 			c.Keys++
 			c.BadPieces += bad

@@ -121,6 +121,16 @@ func cmdRecover(c *call) {
 	c.w.WriteBulk(data)
 }
 
+// Scrub runs the array's Scrub as one of the server's heal operations:
+// listed by Tasks (so in KVARRAY.STATUS and INFO) and logged as it
+// starts, progresses and ends.
+func (s *Server) Scrub(ctx context.Context, repair bool, opts ...array.HealOption) (array.ScrubReport, error) {
+	track, done := s.startTask("scrub", -1)
+	rep, err := s.a.Scrub(ctx, repair, append(opts, track...)...)
+	done(err)
+	return rep, err
+}
+
 // cmdScrub: KVARRAY.SCRUB [REPAIR] [WORKERS n] runs array.Scrub.
 func cmdScrub(c *call) {
 	repair := false
@@ -128,9 +138,7 @@ func cmdScrub(c *call) {
 	if !ok {
 		return
 	}
-	track, done := c.s.startTask("scrub", -1)
-	rep, err := c.s.a.Scrub(c.ctx, repair, append(opts, track...)...)
-	done(err)
+	rep, err := c.s.Scrub(c.ctx, repair, opts...)
 	if err != nil {
 		c.fail(err)
 		return

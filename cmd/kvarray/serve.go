@@ -31,7 +31,7 @@ const shutdownTimeout = 30 * time.Second
 func (c *cli) serveCmd() *cobra.Command {
 	var o serveFlags
 	cmd := &cobra.Command{
-		Use:   "serve [--listen ADDR] [--metrics-listen ADDR] [--log-format text|json]",
+		Use:   "serve [--listen ADDR] [--metrics-listen ADDR] [--log-format text|json] [--scrub-after-crash=false]",
 		Short: "Serve the array over the Redis protocol (redis-cli, Redis clients)",
 		Long: `serve opens the array of the config file and serves it over the Redis
 protocol (RESP2, and RESP3 after HELLO 3) on ADDR (default 127.0.0.1:6380), until SIGINT or SIGTERM:
@@ -45,6 +45,10 @@ written to ./kvarray.yaml so that the other commands see the same array.
 While it runs, 'kvarray status', 'replace', 'rebuild', 'resync', 'scrub'
 and 'fail' reach it through its admin socket beside the config file
 (.kvarray.yaml.sock) and work on the array online.
+
+After an unclean shutdown (a crash, kill -9, power loss) serve starts
+'scrub --repair' in the background, as md resyncs a dirty array: status
+shows its progress; --scrub-after-crash=false leaves it to the operator.
 
 Security (kvarray.yaml, as Redis 7): requirepass sets the default user's
 password; users: [{name, password, role: data|admin}] adds ACL users
@@ -76,11 +80,13 @@ KVARRAY.RECOVER DEV (mem devices).`,
 	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:6380", "listen on TCP address `ADDR`")
 	cmd.Flags().StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on `ADDR` (default: metrics_listen of the config; none)")
 	cmd.Flags().StringVar(&o.logFormat, "log-format", "", "log events as `text` or json (default: log_format of the config, else text)")
+	cmd.Flags().BoolVar(&o.scrubAfterCrash, "scrub-after-crash", true, "after an unclean shutdown, run 'scrub --repair' in the background at once (false: leave it to the operator)")
 	return cmd
 }
 
 type serveFlags struct {
 	listen, metricsListen, logFormat string
+	scrubAfterCrash                  bool
 }
 
 func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
@@ -219,7 +225,23 @@ func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
 	if srv.RequiresPassword() {
 		hint += " -a PASSWORD"
 	}
-	if a.Unclean() {
+	scrubCtx, stopScrub := context.WithCancel(context.Background())
+	scrubDone := make(chan struct{})
+	switch {
+	case !a.Unclean():
+		close(scrubDone)
+	case o.scrubAfterCrash:
+		// As md resyncs after a dirty shutdown: until the scrub has run,
+		// a write in flight at the crash may read back and then be lost
+		// again with a device (the write hole).
+		fmt.Fprintln(c.stdout, uncleanScrubbing)
+		log.Warn("unclean shutdown: the array was not closed by the process before", "action", "scrub --repair started in the background")
+		go func() {
+			defer close(scrubDone)
+			_, _ = srv.Scrub(scrubCtx, true) // logged as a task; an interrupted one runs again at the next start
+		}()
+	default:
+		close(scrubDone)
 		fmt.Fprintln(c.stdout, uncleanAdvice)
 		log.Warn("unclean shutdown: the array was not closed by the process before", "advice", "run kvarray scrub --repair")
 	}
@@ -251,6 +273,8 @@ func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
 	}
 	stopWatch()
 	<-watchDone
+	stopScrub()
+	<-scrubDone
 	if hs != nil {
 		hs.Close()
 	}

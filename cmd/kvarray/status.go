@@ -142,6 +142,9 @@ func (c *cli) status(asJSON, redraw, deep bool) error {
 // process did not close (array.Array.Unclean).
 const uncleanAdvice = "unclean shutdown: writes in flight when the array was last stopped may lack redundancy until 'kvarray scrub --repair' settles them"
 
+// uncleanScrubbing is what serve says when it starts that scrub itself.
+const uncleanScrubbing = "unclean shutdown: 'scrub --repair' runs in the background to settle the writes in flight when the array was last stopped ('kvarray status' shows its progress)"
+
 func printStatus(out io.Writer, ss serverStatus) error {
 	st := ss.Status
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)

@@ -18,10 +18,10 @@ import (
 // startServeProcess runs `kvarray --config cfg serve` as a process of its
 // own (TestServeHelperProcess) and returns it, its address and its
 // standard output.
-func startServeProcess(t *testing.T, cfg string) (*exec.Cmd, string, *syncBuffer) {
+func startServeProcess(t *testing.T, cfg string, flags ...string) (*exec.Cmd, string, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestServeHelperProcess$")
-	cmd.Env = append(os.Environ(), "KVARRAY_SERVE_HELPER=--config "+cfg+" serve --listen 127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "KVARRAY_SERVE_HELPER=--config "+cfg+" serve --listen 127.0.0.1:0 "+strings.Join(flags, " "))
 	out, errOut := &syncBuffer{}, &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, errOut
 	if err := cmd.Start(); err != nil {
@@ -101,9 +101,11 @@ func TestTxKill9(t *testing.T) {
 }
 
 // TestUncleanShutdownSaid: after `kvarray serve` is killed with SIGKILL,
-// the next serve and `kvarray status` say that a scrub is due; after
-// `kvarray scrub --repair` status no longer does, and after a graceful
-// stop the next serve does not either.
+// the next serve, run with --scrub-after-crash=false, and `kvarray
+// status` say that a scrub is due; after `kvarray scrub --repair` status
+// no longer does, and after a graceful stop the next serve does not
+// either. By default serve runs that scrub itself after a SIGKILL: status
+// then shows it done, and the values are there.
 func TestUncleanShutdownSaid(t *testing.T) {
 	dir := fresh(t, 4)
 	cfg := filepath.Join(dir, "kvarray.yaml")
@@ -121,7 +123,7 @@ func TestUncleanShutdownSaid(t *testing.T) {
 	cmd.Process.Kill()
 	cmd.Wait()
 
-	cmd, _, out = startServeProcess(t, cfg)
+	cmd, _, out = startServeProcess(t, cfg, "--scrub-after-crash=false")
 	if !said(out.String()) {
 		t.Fatalf("serve after SIGKILL does not say a scrub is due: %s", out)
 	}
@@ -139,9 +141,30 @@ func TestUncleanShutdownSaid(t *testing.T) {
 		t.Fatalf("serve stopped by SIGTERM: %v", err)
 	}
 
-	_, addr, out = startServeProcess(t, cfg)
-	if said(out.String()) {
+	cmd, addr, out = startServeProcess(t, cfg)
+	if said(out.String()) || strings.Contains(out.String(), uncleanScrubbing) {
 		t.Fatalf("serve after a graceful stop: %s", out)
+	}
+	rdb = redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	if got, err := rdb.Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Fatalf("k after a graceful stop: %q, %v", got, err)
+	}
+	rdb.Close()
+	cmd.Process.Kill()
+	cmd.Wait()
+
+	_, addr, out = startServeProcess(t, cfg)
+	if !strings.Contains(out.String(), uncleanScrubbing) {
+		t.Fatalf("serve after SIGKILL does not say it scrubs: %s", out)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		st := ok(t, nil, "--config", cfg, "status")
+		if !said(st) && strings.Contains(st, "last scrub") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status a minute after serve began its scrub: %s", st)
+		}
 	}
 	rdb = redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer rdb.Close()
