@@ -463,6 +463,9 @@ func (a *Array) prepareStore(key, value []byte, c call) (mechanism.Mechanism, er
 // (tiny.go), or to its own pieces on an array without tiny values.
 func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechanism, c call) error {
 	if a.tinyKey(key) {
+		// Its own pieces too: the tiny path writes them only when the
+		// value moves out of its bucket (storeValue settles its bucket's).
+		a.settleFirst(ctx, key)
 		return a.storeTiny(ctx, key, value, m, c)
 	}
 	return a.storeValue(ctx, key, value, m, c)
@@ -471,6 +474,7 @@ func (a *Array) store(ctx context.Context, key, value []byte, m mechanism.Mechan
 // storeValue stores key's value under its own keys (split pieces), never
 // in a bucket; under key's lock.
 func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.Mechanism, c call) (err error) {
+	a.settleFirst(ctx, key)
 	var written *format.Header // the new value's, once it is in place
 	defer func() {
 		if err != nil || written == nil {
@@ -871,14 +875,36 @@ func (a *Array) retrieveValue(ctx context.Context, key []byte) ([]byte, error) {
 // remove runs under key's lock.
 func (a *Array) remove(ctx context.Context, key []byte) error {
 	if a.tinyKey(key) {
+		a.settleFirst(ctx, key) // as store
 		return a.removeTiny(ctx, key)
 	}
 	return a.removeValue(ctx, key)
 }
 
+// settleFirst repairs key, under its lock, before a write changes it
+// while the scrub after an unclean shutdown is due (Unclean). A write the
+// crash cut short may have left the key's value without its redundancy
+// (a Packing member whose set's parities never landed, which reads
+// return) or pieces of a newer version past the primary (a Splitting
+// write's shards in the other bank). A write that built on that state
+// would be acknowledged with less than its mechanism's tolerance: an
+// update logged against parities that do not exist, lost with its
+// primary, after which the key read as an older write's leftover copy;
+// a delete whose key came back from such shards. The repair settles the
+// key on what reads return first, as the scrub would. Until that scrub
+// has run, writes pay a read of every piece of their key. Best effort: a
+// repair that fails (a device down) leaves the write to go on as it
+// would without.
+func (a *Array) settleFirst(ctx context.Context, key []byte) {
+	if a.unclean.Load() {
+		_, _ = a.repair(ctx, key)
+	}
+}
+
 // removeValue deletes key's own pieces, never a bucket entry; under key's
 // lock.
 func (a *Array) removeValue(ctx context.Context, key []byte) (err error) {
+	a.settleFirst(ctx, key)
 	defer func() {
 		if err == nil || errors.Is(err, ErrNotFound) {
 			a.meta.put(key, nil, format.Header{}, nil)
