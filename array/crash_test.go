@@ -587,11 +587,18 @@ func (p *crashPlan) continueAfter(a *Array, c *crashed, first map[string]firstRe
 		if o.del && errors.Is(err, ErrNotFound) {
 			err = nil
 		}
-		if err != nil {
-			fails = append(fails, fail("operation after the restart fails", "continued", o.key, fmt.Sprintf("%v: %v", o, err)))
+		switch {
+		case o.settle:
+			continue // one that fails leaves the log to the next (a device down)
+		case err != nil && o.using == "hashing" && impaired(a):
+			c.out.record(o.key, o.value, err) // Hashing tolerates no fault
+			if c.acked != nil {
+				c.acked.record(o.key, o.value, err)
+			}
+			delete(first, o.key)
 			continue
-		}
-		if o.settle {
+		case err != nil:
+			fails = append(fails, fail("operation after the restart fails", "continued", o.key, fmt.Sprintf("%v: %v", o, err)))
 			continue
 		}
 		var v []byte

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,8 +23,9 @@ func hybridAll() []Option {
 // workload stores and reads keys from several goroutines until stop is
 // closed, and returns every acknowledged value (the last one per key).
 // Any error fails the test: with at most r devices down, degraded mode
-// must keep every operation working.
-func workload(t *testing.T, a *Array, seed uint64, stop <-chan struct{}) func() map[string][]byte {
+// must keep every operation working. stored counts the stores acknowledged
+// so far.
+func workload(t *testing.T, a *Array, seed uint64, stop <-chan struct{}, stored *atomic.Int64) func() map[string][]byte {
 	var mu sync.Mutex
 	acked := map[string][]byte{}
 	var wg sync.WaitGroup
@@ -62,6 +64,7 @@ func workload(t *testing.T, a *Array, seed uint64, stop <-chan struct{}) func() 
 					mu.Lock()
 					acked[key] = v
 					mu.Unlock()
+					stored.Add(1)
 				}
 			}
 		}()
@@ -93,10 +96,14 @@ func TestFailReplaceRebuildUnderLoad(t *testing.T) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	stop := make(chan struct{})
-	wait := workload(t, r.a, seed, stop)
+	var stored atomic.Int64
+	wait := workload(t, r.a, seed, stop, &stored)
 	const dev = 2
 	r.mems[dev].Fail()
-	for i := 0; i < 200; i++ { // let the workload run degraded for a while
+	// Let the workload run degraded for a while: at least 50 stores,
+	// however loaded the machine is (a rebuild of nothing proves nothing).
+	from := stored.Load()
+	for i, deadline := 0, time.Now().Add(30*time.Second); i < 200 || (stored.Load() < from+50 && time.Now().Before(deadline)); i++ {
 		_, _ = r.a.Exist(ctx, []byte(fmt.Sprint("probe", i)))
 	}
 	close(stop)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 
@@ -896,8 +897,29 @@ func (a *Array) remove(ctx context.Context, key []byte) error {
 // repair that fails (a device down) leaves the write to go on as it
 // would without.
 func (a *Array) settleFirst(ctx context.Context, key []byte) {
-	if a.unclean.Load() {
-		_, _ = a.repair(ctx, key)
+	if !a.unclean.Load() {
+		return
+	}
+	_, _ = a.repair(ctx, key)
+	// A set may list a member of key that a crash cut short before its
+	// piece landed (the parities written first). No read takes it while
+	// the primary answers, but with the primary lost a rebuild restored
+	// it over the key's later writes, a delete too. Such a listing is
+	// retired now, as a scrub of its set would: every version of key but
+	// the one it reads as is superseded.
+	k := a.key(key, 0)
+	hint := format.Header{Version: math.MaxUint64} // absent: none is kept
+	l, err := a.locate(ctx, k)
+	switch {
+	case err == nil:
+		hint = *l.header()
+	case !errors.Is(err, ErrNotFound):
+		return
+	}
+	for _, m := range a.mechs {
+		if _, ok := m.(locator); ok && (l == nil || l.m != m) {
+			_, _ = m.Repair(ctx, k, &hint)
+		}
 	}
 }
 
