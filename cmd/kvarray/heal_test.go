@@ -281,29 +281,7 @@ func TestHealScrub(t *testing.T) {
 	}
 
 	// Garbage under k001's data key on the first device that holds it.
-	user := keyspace.RawKey(0, []byte("k001")) // db 0's k001 in the array
-	internal := format.Key(user, 0, format.KindData)
-	corrupted := -1
-	for i := 0; i < 4 && corrupted < 0; i++ {
-		d, err := pebble.Open(filepath.Join(dir, "data", fmt.Sprintf("dev%d", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := d.Retrieve(context.Background(), internal); err == nil {
-			if err := d.Store(context.Background(), internal, []byte("garbage, not a value")); err != nil {
-				t.Fatal(err)
-			}
-			corrupted = i
-		} else if !errors.Is(err, device.ErrNotFound) {
-			t.Fatal(err)
-		}
-		if err := d.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if corrupted < 0 {
-		t.Fatal("no device holds k001")
-	}
+	corrupted := garble(t, dir, 4, "k001", 1)[0]
 
 	r = kv(t, nil, "scrub")
 	if r.code != 1 || r.stderr != "" || !strings.Contains(r.stdout, "not repaired") || !strings.Contains(r.stdout, "BAD PIECES") {
@@ -333,15 +311,13 @@ func TestHealScrub(t *testing.T) {
 	checkValues(t, vals, "after scrub --repair")
 }
 
-// TestScrubUnreadableKey: a key none of whose pieces has a readable header
-// (garbage on every device) is unrecoverable: scrub counts it (in the
-// "unlocated" row, its mechanism unknown) and exits 2, never "no problems
-// found".
-func TestScrubUnreadableKey(t *testing.T) {
-	dir := fresh(t, 4)
-	healValues(t, "k", 3)
-	internal := format.Key(keyspace.RawKey(0, []byte("k001")), 0, format.KindData)
-	for i := 0; i < 4; i++ {
+// garble writes garbage under db 0's key's split-0 data key on up to max
+// of the n Pebble devices under dir that hold it, and returns which.
+func garble(t *testing.T, dir string, n int, key string, max int) []int {
+	t.Helper()
+	internal := format.Key(keyspace.RawKey(0, []byte(key)), 0, format.KindData)
+	var done []int
+	for i := 0; i < n && len(done) < max; i++ {
 		d, err := pebble.Open(filepath.Join(dir, "data", fmt.Sprintf("dev%d", i)))
 		if err != nil {
 			t.Fatal(err)
@@ -350,11 +326,28 @@ func TestScrubUnreadableKey(t *testing.T) {
 			if err := d.Store(context.Background(), internal, []byte("garbage, not a value")); err != nil {
 				t.Fatal(err)
 			}
+			done = append(done, i)
+		} else if !errors.Is(err, device.ErrNotFound) {
+			t.Fatal(err)
 		}
 		if err := d.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if len(done) == 0 {
+		t.Fatalf("no device holds %s", key)
+	}
+	return done
+}
+
+// TestScrubUnreadableKey: a key none of whose pieces has a readable header
+// (garbage on every device) is unrecoverable: scrub counts it (in the
+// "unlocated" row, its mechanism unknown) and exits 2, never "no problems
+// found".
+func TestScrubUnreadableKey(t *testing.T) {
+	dir := fresh(t, 4)
+	healValues(t, "k", 3)
+	garble(t, dir, 4, "k001", 4)
 	r := kv(t, nil, "scrub")
 	if r.code != 2 || !strings.Contains(r.stdout, array.Unlocated) || !strings.Contains(r.stderr, "1 keys are unrecoverable") {
 		t.Fatalf("scrub of an unreadable key: exit %d, stderr %q\n%s", r.code, r.stderr, r.stdout)
