@@ -1832,12 +1832,12 @@ func (m *Mechanism) indexParities(ctx context.Context, idx *setIndex, d int, key
 			continue
 		}
 		m.ids.Observe(v.Version)
-		claimed := m.log.claimed(f, v.Version)
+		read := f // applyFields replaces f.members, never writes into it
 		version, err := m.log.applyFields(&f, v.Version)
 		if err != nil {
 			// A gap: the parity is bad, its set is known from the
 			// others, or only by what it claims.
-			idx.claim(f.geometry, claimed, m.log.newest(f.set, v.Version))
+			idx.claim(f.geometry, m.log.claimed(read, v.Version), m.log.newest(f.set, v.Version))
 			continue
 		}
 		idx.note(&f, version)
