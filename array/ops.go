@@ -900,6 +900,7 @@ func (a *Array) settleFirst(ctx context.Context, key []byte) {
 	if !a.unclean.Load() {
 		return
 	}
+	ctx = mechanism.WithSettling(ctx)
 	_, _ = a.repair(ctx, key)
 	// A set may list a member of key that a crash cut short before its
 	// piece landed (the parities written first). No read takes it while

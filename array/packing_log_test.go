@@ -684,3 +684,62 @@ func TestLeftoverNotReadOverAnUnvouchedMember(t *testing.T) {
 	r.reopen()
 	r.mustRead(key, live[key])
 }
+
+// TestDeleteAfterACutShortMove: a store that moves a packed value to a new
+// set joins the new set before its old set records the leave; a crash (here
+// a failure of the leave's writes) between the two leaves both sets listing
+// the key, the old one at its older version. After the restart, before any
+// scrub, the key is deleted and its primary lost. Invariant: the deleted
+// key stays deleted through the rebuild of its primary (the old set's
+// listing must not be restored as its value), and every other value reads
+// back.
+func TestDeleteAfterACutShortMove(t *testing.T) {
+	var cut [6]faultdev.Toggle
+	r := newFaultRig(t, func(i int, _ *mem.Device) faultdev.Injector { return &cut[i] },
+		WithMechanisms(packing.New(4, 2, 0, packing.WithIdleReplay(0)), replication.New(3)), WithDefault("packing"))
+	rng := newRand(t)
+	keys, live := storePacked(t, r, rng, 8)
+	key := keys[0]
+	old, err := r.piece(r.a.primary([]byte(key), 0), key, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cut {
+		cut[i].Injector = faultdev.OnWrites(faultdev.OnPrefix([]byte("\x00kvarray-plog"),
+			faultdev.Always(errors.New("the leave was cut short"))))
+		cut[i].On()
+	}
+	// Larger than its slot: the value moves to a new set.
+	if err := r.a.Store(ctx, []byte(key), randBytes(rng, 8000)); err == nil {
+		t.Fatal("the move whose leave failed succeeded")
+	}
+	for i := range cut {
+		cut[i].Off()
+	}
+	r.reopen()
+	if !r.a.Unclean() {
+		t.Fatal("a reopen without a close is not unclean")
+	}
+	if err := r.a.Delete(ctx, []byte(key)); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	delete(live, key)
+	p := r.a.primary([]byte(key), 0)
+	r.replace(p)
+	if errs := r.heal(); errs[p] != nil {
+		t.Fatalf("rebuild of device %d: %v", p, errs[p])
+	}
+	got, err := r.a.Retrieve(ctx, []byte(key))
+	switch {
+	case err == nil && bytes.Equal(got, old.Payload):
+		t.Fatalf("deleted %s read as the value its cut-short move left listed in its old set", key)
+	case err == nil:
+		t.Fatalf("deleted %s read %d bytes", key, len(got))
+	case !errors.Is(err, ErrNotFound):
+		t.Fatalf("deleted %s: %v; want not found", key, err)
+	}
+	for k, v := range live {
+		r.mustRead(k, v)
+	}
+	nothingUnrecoverable(t, r, "after the rebuild")
+}

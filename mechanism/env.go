@@ -260,6 +260,23 @@ func (e *Env) Do(ctx context.Context, ops []Op) {
 
 type dryRunKey struct{}
 
+type settlingKey struct{}
+
+// WithSettling returns a context for a key's repair before its first
+// write after an unclean shutdown: a mechanism then looks for every
+// listing of the key that a crash may have left behind (a Packing set it
+// was moving out of), even where that costs more than a repair on a clean
+// array would (Packing builds its set index).
+func WithSettling(ctx context.Context) context.Context {
+	return context.WithValue(ctx, settlingKey{}, true)
+}
+
+// Settling reports whether ctx is under WithSettling.
+func Settling(ctx context.Context) bool {
+	ok, _ := ctx.Value(settlingKey{}).(bool)
+	return ok
+}
+
 // DryRun counts the writes that operations under its context would have
 // made, without making them: a scrub without repair runs the repairs
 // under a DryRun to count what they would fix.

@@ -1425,26 +1425,30 @@ func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.He
 		}
 		g = e.g
 	}
-	tk, err := m.sets.Lock(ctx, setLockKey(g.set))
+	st, n, err := m.settleSet(ctx, g, roster, k, want)
 	if err != nil {
-		return 0, err
-	}
-	st, err := m.loadSet(ctx, g, roster, nil)
-	if err != nil {
-		tk.Release()
-		return 0, fmt.Errorf("packing split %d of key %q: %w", k.Split, k.User, err)
-	}
-	isKey := func(mb *member) bool { return mb.split == k.Split && string(mb.key) == string(k.User) }
-	for _, mb := range st.f.members {
-		if isKey(&mb) && want != 0 && mb.version != want {
-			st.superseded[mb.slot] = true
-		}
-	}
-	n, err := m.rewriteBad(ctx, st, func(mb *member) bool { return isKey(mb) && (want == 0 || mb.version == want) })
-	tk.Release()
-	if err != nil || own == nil {
 		return n, err
 	}
+	if want != 0 {
+		// Other sets listing k (a move cut short) list a version other
+		// than want, or none: retired now, before a rebuild of k's
+		// primary could restore one of them over k's later writes.
+		for _, id := range m.othersOf(ctx, k, g.set) {
+			f, ok := m.knownSet(id)
+			if !ok {
+				continue
+			}
+			_, w, err := m.settleSet(ctx, f.geometry, nil, k, want)
+			n += w
+			if err != nil {
+				return n, err
+			}
+		}
+	}
+	if own == nil {
+		return n, nil
+	}
+	isKey := func(mb *member) bool { return mb.split == k.Split && string(mb.key) == string(k.User) }
 	if !slices.ContainsFunc(st.f.members, func(mb member) bool { return isKey(&mb) && mb.version == own.Version }) {
 		// The piece left its set (a store or delete that failed after
 		// the member was detached), or the set lists another version of
@@ -1461,6 +1465,55 @@ func (m *Mechanism) Repair(ctx context.Context, k mechanism.Key, hint *format.He
 		return n, nil
 	}
 	return n, m.regroup(ctx, k, own)
+}
+
+// settleSet repairs set g under its lock: the listings of split k at
+// another version than want (0: none) are retired, k's member at want is
+// rewritten if bad, and so are the set's bad parities.
+func (m *Mechanism) settleSet(ctx context.Context, g geometry, roster []member, k mechanism.Key, want uint64) (*setState, int, error) {
+	tk, err := m.sets.Lock(ctx, setLockKey(g.set))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer tk.Release()
+	st, err := m.loadSet(ctx, g, roster, nil)
+	if err != nil {
+		return nil, 0, fmt.Errorf("packing split %d of key %q: %w", k.Split, k.User, err)
+	}
+	isKey := func(mb *member) bool { return mb.split == k.Split && string(mb.key) == string(k.User) }
+	for _, mb := range st.f.members {
+		if isKey(&mb) && want != 0 && mb.version != want {
+			st.superseded[mb.slot] = true
+		}
+	}
+	n, err := m.rewriteBad(ctx, st, func(mb *member) bool { return isKey(mb) && (want == 0 || mb.version == want) })
+	return st, n, err
+}
+
+// othersOf returns the sets besides set that the index knows list split
+// k (see setIndex.others). The index is built for it only when settling
+// a key after a crash (mechanism.Settling), where such listings are
+// expected; an index that is not built, or cannot be, names none: the
+// scrub of those sets retires them.
+func (m *Mechanism) othersOf(ctx context.Context, k mechanism.Key, set uint64) []uint64 {
+	if mechanism.Settling(ctx) {
+		if _, _, err := m.lookup(ctx, k); err != nil {
+			return nil
+		}
+	}
+	m.idxMu.Lock()
+	defer m.idxMu.Unlock()
+	if m.index == nil {
+		return nil
+	}
+	mk := memberKey(k.User, k.Split)
+	ids := slices.DeleteFunc(slices.Clone(m.index.others[mk]), func(id uint64) bool { return id == set })
+	if x, ok := m.index.members[mk]; ok && x != set {
+		if _, ok := m.index.sets[x]; ok {
+			ids = append(ids, x)
+		}
+	}
+	return ids
 }
 
 // sparse reports whether set st (as repaired), formed with the members of
@@ -1612,9 +1665,17 @@ func (m *Mechanism) retire(st *setState) error {
 // that does not chain: errLogGap) is not in sets, but what it claims to
 // hold is kept in claims: a member's newest claimed version, which no
 // older piece of its key may be read over (see Locate).
+//
+// A member listed by more than one set (a move to a new set that a crash
+// cut short before the old set recorded the leave) maps to the set that
+// holds it (see note); the others listing it are kept in others, so that
+// a repair of the key can retire those listings before a rebuild takes
+// one of them for the member once the key has moved on. A set stays in
+// others after it stopped listing the member: the repair checks.
 type setIndex struct {
 	sets    map[uint64]indexedSet
 	members map[string]uint64 // member key‖split → set id
+	others  map[string][]uint64
 	claims  map[string]indexEntry
 	scanned []bool // devices whose parities were read
 }
@@ -1625,7 +1686,14 @@ type indexedSet struct {
 }
 
 func newSetIndex() *setIndex {
-	return &setIndex{sets: map[uint64]indexedSet{}, members: map[string]uint64{}, claims: map[string]indexEntry{}}
+	return &setIndex{sets: map[uint64]indexedSet{}, members: map[string]uint64{}, others: map[string][]uint64{}, claims: map[string]indexEntry{}}
+}
+
+// other records that set id lists member k too.
+func (x *setIndex) other(k string, id uint64) {
+	if !slices.Contains(x.others[k], id) {
+		x.others[k] = append(x.others[k], id)
+	}
 }
 
 // claim records the members a parity of version v that cannot vouch for
@@ -1686,8 +1754,10 @@ func (x *setIndex) note(f *parityFields, v uint64) {
 			// set by a regroup or a repair, not yet gone from the old
 			// one), the newer set holds it: set ids grow with time.
 			if e, _ := x.entry(k); e.m.version > mb.version || (e.m.version == mb.version && cur > f.set) {
+				x.other(k, f.set)
 				continue
 			}
+			x.other(k, cur)
 		}
 		x.members[k] = f.set
 	}
