@@ -1,11 +1,15 @@
 package array
 
 import (
+	"bytes"
 	"sync/atomic"
 	"testing"
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/device/faultdev"
+	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/mechanism/hashing"
+	"github.com/kvarray/kvarray/mechanism/replication"
 )
 
 // TestUncleanShutdown: an array that its process never closed (a crash:
@@ -99,4 +103,58 @@ func TestUncleanShutdown(t *testing.T) {
 		t.Fatalf("key: %q, %v", got, err)
 	}
 	closeArray(a)
+}
+
+// TestHashingUpdateAfterACutShortMove: a store that moves a value from
+// Replication to Hashing writes the Hashing piece on the primary, then
+// deletes the copies past it; a crash between the two leaves the older
+// copies (here put back after the store, as the crash would have left
+// them: no device saw a delete fail). After the restart, before any
+// scrub, the key is written again with Hashing and acknowledged; then its
+// primary, the one device a Hashing value lives on, is lost. Invariant:
+// the key's read fails (the value had no redundancy to lose), never
+// returns the older copies' value over the acknowledged write.
+func TestHashingUpdateAfterACutShortMove(t *testing.T) {
+	r := newRig(t, 6, WithMechanisms(replication.New(3), hashing.New()), WithDefault("replication"))
+	rng := newRand(t)
+	key := "moved"
+	old := randBytes(rng, 700)
+	r.mustStore(key, old)
+	p := r.a.primary([]byte(key), 0)
+	copies := map[int][]byte{}
+	for _, d := range r.holders(key, 0) {
+		if d != p {
+			b, err := r.raw(d, key, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			copies[d] = b
+		}
+	}
+	r.mustStore(key, randBytes(rng, 700), Using("hashing"))
+	for d, b := range copies {
+		if err := r.mems[d].Store(ctx, format.Key([]byte(key), 0, format.KindData), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.reopen() // the crash
+	newer := randBytes(rng, 700)
+	r.mustStore(key, newer, Using("hashing"))
+	r.reopen() // reads locate the key afresh, as after a restart
+	r.mems[p].Fail()
+	got, err := r.a.Retrieve(ctx, []byte(key))
+	switch {
+	case err == nil && bytes.Equal(got, old):
+		t.Fatalf("with its Hashing primary lost, %s read as the Replication write the acknowledged one replaced", key)
+	case err == nil:
+		t.Fatalf("with its Hashing primary lost, %s read %d bytes", key, len(got))
+	}
+	r.mems[p].Recover()
+	if errs := r.heal(); errs[p] != nil {
+		t.Fatalf("resync of device %d: %v", p, errs[p])
+	}
+	r.mustRead(key, newer)
+	if h := r.holders(key, 0); len(h) != 1 {
+		t.Fatalf("%s, a Hashing value, has pieces on devices %v", key, h)
+	}
 }
