@@ -1670,8 +1670,7 @@ func (m *Mechanism) retire(st *setState) error {
 // cut short before the old set recorded the leave) maps to the set that
 // holds it (see note); the others listing it are kept in others, so that
 // a repair of the key can retire those listings before a rebuild takes
-// one of them for the member once the key has moved on. A set stays in
-// others after it stopped listing the member: the repair checks.
+// one of them for the member once the key has moved on.
 type setIndex struct {
 	sets    map[uint64]indexedSet
 	members map[string]uint64 // member key‖split → set id
@@ -1693,6 +1692,21 @@ func newSetIndex() *setIndex {
 func (x *setIndex) other(k string, id uint64) {
 	if !slices.Contains(x.others[k], id) {
 		x.others[k] = append(x.others[k], id)
+	}
+}
+
+// notOther forgets that set id lists member k: it was noted again, and
+// other records it anew if it still does, so others holds only sets that
+// list their members (a process's moves would otherwise pile up).
+func (x *setIndex) notOther(k string, id uint64) {
+	ids, ok := x.others[k]
+	if !ok {
+		return
+	}
+	if ids = slices.DeleteFunc(ids, func(o uint64) bool { return o == id }); len(ids) == 0 {
+		delete(x.others, k)
+	} else {
+		x.others[k] = ids
 	}
 }
 
@@ -1729,9 +1743,11 @@ func (x *setIndex) note(f *parityFields, v uint64) {
 	}
 	if ok {
 		for _, mb := range old.f.members {
-			if k := memberKey(mb.key, mb.split); x.members[k] == f.set {
+			k := memberKey(mb.key, mb.split)
+			if x.members[k] == f.set {
 				delete(x.members, k)
 			}
+			x.notOther(k, f.set) // again below if it still lists k
 		}
 	}
 	if len(f.members) == 0 {
