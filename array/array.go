@@ -161,17 +161,23 @@ type Array struct {
 	banked bool // see flagBanked; fixed at open
 	// unclean: the array opened with flagOpen set, and no scrub --repair
 	// has completed since (see Unclean).
-	unclean  atomic.Bool
-	o        options
-	mechs    []mechanism.Mechanism
-	byRM     map[format.RM]mechanism.Mechanism
-	byName   map[string]mechanism.Mechanism
-	def      mechanism.Mechanism
-	maxWidth int
-	locks    *keylock.Table
-	async    chan struct{} // semaphore bounding async operations
-	reasonMu sync.Mutex
-	reasons  []error // why each device was failed at open; guarded by reasonMu
+	unclean atomic.Bool
+	// unsettled: the keys whose write failed in this process (see
+	// mustSettle); past maxUnsettled of them, overflow counts the rest.
+	unsettledMu sync.Mutex
+	unsettled   map[string]struct{}
+	unsettledN  atomic.Int64 // len(unsettled), read without the lock
+	overflow    atomic.Int64
+	o           options
+	mechs       []mechanism.Mechanism
+	byRM        map[format.RM]mechanism.Mechanism
+	byName      map[string]mechanism.Mechanism
+	def         mechanism.Mechanism
+	maxWidth    int
+	locks       *keylock.Table
+	async       chan struct{} // semaphore bounding async operations
+	reasonMu    sync.Mutex
+	reasons     []error // why each device was failed at open; guarded by reasonMu
 
 	closeMu  sync.RWMutex
 	closed   bool

@@ -478,6 +478,9 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 	a.settleFirst(ctx, key)
 	var written *format.Header // the new value's, once it is in place
 	defer func() {
+		if err != nil {
+			a.unsettle(key)
+		}
 		if err != nil || written == nil {
 			a.meta.forget(key)
 			return
@@ -883,25 +886,30 @@ func (a *Array) remove(ctx context.Context, key []byte) error {
 }
 
 // settleFirst repairs key, under its lock, before a write changes it
-// while the scrub after an unclean shutdown is due (Unclean). A write the
-// crash cut short may have left the key's value without its redundancy
-// (a Packing member whose set's parities never landed, which reads
-// return) or pieces of a newer version past the primary (a Splitting
-// write's shards in the other bank). A write that built on that state
-// would be acknowledged with less than its mechanism's tolerance: an
-// update logged against parities that do not exist, lost with its
-// primary, after which the key read as an older write's leftover copy;
-// a delete whose key came back from such shards. The repair settles the
-// key on what reads return first, as the scrub would. Until that scrub
-// has run, writes pay a read of every piece of their key. Best effort: a
-// repair that fails (a device down) leaves the write to go on as it
-// would without.
+// while the scrub after an unclean shutdown is due (Unclean), or when a
+// write of the key failed in this process (mustSettle). A write the crash
+// cut short, or that failed midway, may have left the key's value without
+// its redundancy (a Packing member whose set's parities never landed,
+// which reads return), pieces of a newer version past the primary (a
+// Splitting write's shards in the other bank), or an old set still
+// listing it (a move to another Packing set whose leave failed). A write
+// that built on that state would be acknowledged with less than its
+// mechanism's tolerance: an update logged against parities that do not
+// exist, lost with its primary, after which the key read as an older
+// write's leftover copy; a delete whose key came back from such shards,
+// or from the old set. The repair settles the key on what reads return
+// first, as the scrub would. Until that scrub has run, writes pay a read
+// of every piece of their key. Best effort: a repair that fails (a
+// device down) leaves the write to go on as it would without, and the
+// key to be settled again before its next write.
 func (a *Array) settleFirst(ctx context.Context, key []byte) {
-	if !a.unclean.Load() {
+	if !a.mustSettle(key) {
 		return
 	}
 	ctx = mechanism.WithSettling(ctx)
-	_, _ = a.repair(ctx, key)
+	if _, err := a.repair(ctx, key); err != nil && !errors.Is(err, ErrNotFound) {
+		return
+	}
 	// A set may list a member of key that a crash cut short before its
 	// piece landed (the parities written first). No read takes it while
 	// the primary answers, but with the primary lost a rebuild restored
@@ -919,9 +927,63 @@ func (a *Array) settleFirst(ctx context.Context, key []byte) {
 	}
 	for _, m := range a.mechs {
 		if _, ok := m.(locator); ok && (l == nil || l.m != m) {
+			// An error here is mostly "not in any set": nothing to retire.
 			_, _ = m.Repair(ctx, k, &hint)
 		}
 	}
+	a.settledKey(key)
+}
+
+// maxUnsettled bounds the keys kept for settling after a failed write;
+// past it every write settles its key first until a scrub --repair that
+// began after the overflow has completed.
+const maxUnsettled = 1 << 16
+
+// mustSettle reports whether key is to be settled before its next write
+// (settleFirst): the array's previous process did not close it, or a
+// write of key failed in this one (unsettle) and no settle of it has
+// succeeded since.
+func (a *Array) mustSettle(key []byte) bool {
+	if a.unclean.Load() || a.overflow.Load() != 0 {
+		return true
+	}
+	if a.unsettledN.Load() == 0 {
+		return false
+	}
+	a.unsettledMu.Lock()
+	defer a.unsettledMu.Unlock()
+	_, ok := a.unsettled[string(key)]
+	return ok
+}
+
+// unsettle records that a write of key failed, perhaps after writing some
+// of its pieces.
+func (a *Array) unsettle(key []byte) {
+	a.unsettledMu.Lock()
+	defer a.unsettledMu.Unlock()
+	if _, ok := a.unsettled[string(key)]; ok {
+		return
+	}
+	if len(a.unsettled) >= maxUnsettled {
+		a.overflow.Add(1)
+		return
+	}
+	if a.unsettled == nil {
+		a.unsettled = map[string]struct{}{}
+	}
+	a.unsettled[string(key)] = struct{}{}
+	a.unsettledN.Store(int64(len(a.unsettled)))
+}
+
+// settledKey records that key was settled.
+func (a *Array) settledKey(key []byte) {
+	if a.unsettledN.Load() == 0 {
+		return
+	}
+	a.unsettledMu.Lock()
+	defer a.unsettledMu.Unlock()
+	delete(a.unsettled, string(key))
+	a.unsettledN.Store(int64(len(a.unsettled)))
 }
 
 // removeValue deletes key's own pieces, never a bucket entry; under key's
@@ -933,6 +995,7 @@ func (a *Array) removeValue(ctx context.Context, key []byte) (err error) {
 			a.meta.put(key, nil, format.Header{}, nil)
 		} else {
 			a.meta.forget(key)
+			a.unsettle(key)
 		}
 	}()
 	l, err := a.toRemove(ctx, key)

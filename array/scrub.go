@@ -84,6 +84,7 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 	}
 	rep := ScrubReport{Repair: repair}
 	start := time.Now()
+	overflow := a.overflow.Load() // the failed writes this scrub settles
 	// The keys stream from the devices' scans (in order, never all in
 	// memory): first every user key held anywhere, orphans included (a
 	// key whose primary does not know it is swept by Repair's not-found
@@ -174,8 +175,11 @@ func (a *Array) Scrub(ctx context.Context, repair bool, opts ...HealOption) (Scr
 	rep.Keys, rep.Orphans, rep.Elapsed = done.Load(), orphans.Load(), time.Since(start)
 	if repair && ctx.Err() == nil {
 		// Every key was checked and repaired where it could be: the
-		// writes an unclean shutdown cut short are settled (Unclean).
+		// writes an unclean shutdown cut short are settled (Unclean),
+		// and so are those that failed before the scrub began, unless
+		// more failed since.
 		a.unclean.Store(false)
+		a.overflow.CompareAndSwap(overflow, 0)
 	}
 	for _, m := range a.mechs {
 		rep.Mechanisms = append(rep.Mechanisms, *per[m.Name()])

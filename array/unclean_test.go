@@ -158,3 +158,33 @@ func TestHashingUpdateAfterACutShortMove(t *testing.T) {
 		t.Fatalf("%s, a Hashing value, has pieces on devices %v", key, h)
 	}
 }
+
+// TestFailedWritesSettleFirst: a key whose write failed is settled before
+// its next write, then no more; past maxUnsettled such keys every key is,
+// until a scrub --repair has run.
+func TestFailedWritesSettleFirst(t *testing.T) {
+	r := newRig(t, 6, allMechanisms())
+	if r.a.mustSettle([]byte("k")) {
+		t.Fatal("a key of a clean array with no failed write must be settled")
+	}
+	r.a.unsettle([]byte("k"))
+	if !r.a.mustSettle([]byte("k")) || r.a.mustSettle([]byte("other")) {
+		t.Fatal("only the key whose write failed must be settled")
+	}
+	r.mustStore("k", []byte("v"))
+	if r.a.mustSettle([]byte("k")) {
+		t.Fatal("a settled key must be settled again")
+	}
+	for i := range maxUnsettled + 1 {
+		r.a.unsettle([]byte{byte(i), byte(i >> 8), byte(i >> 16)})
+	}
+	if !r.a.mustSettle([]byte("other")) {
+		t.Fatal("past maxUnsettled failed keys, a key is not settled")
+	}
+	if _, err := r.a.Scrub(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if r.a.mustSettle([]byte("other")) {
+		t.Fatal("after a scrub --repair, every key is still settled")
+	}
+}
