@@ -145,6 +145,11 @@ type Mechanism struct {
 
 	idxMu sync.Mutex
 	index *setIndex // nil until a lost member is first looked up
+	// parityless: the sets this process wrote of which no parity landed
+	// (every parity device down), by id, until a repair writes their
+	// parities: the resync of those devices finds nothing else to rebuild
+	// them from (see writeSet). Under idxMu; at most maxParityless.
+	parityless map[uint64]indexedSet
 
 	log  *deltaLog     // updates and deletes not yet in the parities (log.go)
 	idle time.Duration // WithIdleReplay
@@ -438,16 +443,56 @@ func (m *Mechanism) writeSet(ctx context.Context, set []*entry) {
 	ops = append(ops, m.parityOps(&pf, pv, shards[m.k:])...)
 	m.env.Do(ctx, ops)
 	err := mechanism.Quorum(ops, m.r)
+	if err == nil && !slices.ContainsFunc(ops[len(live):], func(op mechanism.Op) bool { return op.Err == nil }) {
+		// No parity landed: the members are acknowledged (r missing
+		// pieces are within tolerance) and the parities recorded missed,
+		// but the resync of their devices can rebuild them only from a
+		// membership it knows: kept here until then.
+		err = m.keepParityless(&pf, pv)
+	}
 	if err == nil {
 		err = m.env.Acknowledge(ctx, ops)
 	}
 	if err != nil {
 		fail(err)
 		m.retract(ctx, ops[len(live):])
+		m.settledParities(id)
 		return
 	}
 	m.noteSet(&pf, pv)
 	m.sets1.Add(1)
+}
+
+// maxParityless bounds the sets kept with no parity landed: past it such
+// a set write fails, as a write with more pieces missing does.
+const maxParityless = 1 << 14
+
+// keepParityless keeps set pf (version v), none of whose parities landed,
+// until a repair writes them (settledParities).
+func (m *Mechanism) keepParityless(pf *parityFields, v uint64) error {
+	m.idxMu.Lock()
+	defer m.idxMu.Unlock()
+	if len(m.parityless) >= maxParityless {
+		return fmt.Errorf("no parity of the set landed, and %d such sets wait for their devices already: %w", len(m.parityless), device.ErrDeviceFailed)
+	}
+	if m.parityless == nil {
+		m.parityless = map[uint64]indexedSet{}
+	}
+	own := *pf
+	own.members = slices.Clone(pf.members)
+	for i := range own.members {
+		own.members[i].key = slices.Clone(own.members[i].key)
+	}
+	m.parityless[pf.set] = indexedSet{f: own, version: v}
+	return nil
+}
+
+// settledParities forgets set id as parityless: its parities were
+// written by a repair, or the set is gone.
+func (m *Mechanism) settledParities(id uint64) {
+	m.idxMu.Lock()
+	defer m.idxMu.Unlock()
+	delete(m.parityless, id)
 }
 
 // retract deletes the parities of a set whose write failed, so that no
@@ -1610,6 +1655,12 @@ func (m *Mechanism) rewriteBad(ctx context.Context, st *setState, own func(*memb
 	}
 	// Every parity now holds st.version, or is recorded stale and will
 	// be rebuilt whole: the log has nothing left to give them.
+	pk := setKey(st.g.set)
+	if len(st.f.members) == 0 || slices.ContainsFunc(ops, func(op mechanism.Op) bool {
+		return op.Err == nil && op.Kind == device.OpStore && bytes.Equal(op.Key, pk)
+	}) {
+		m.settledParities(st.g.set) // a parity landed: the set is found from it
+	}
 	if len(st.f.members) == 0 {
 		m.fold(ctx, st.g.set, ^uint64(0))
 	} else {
@@ -1957,14 +2008,17 @@ func (m *Mechanism) noteEntry(e *logEntry) {
 }
 
 // knownSet returns set id's geometry and membership from the index, if
-// it is built and knows the set.
+// it is built and knows the set, or from the sets written with no parity
+// landed.
 func (m *Mechanism) knownSet(id uint64) (parityFields, bool) {
 	m.idxMu.Lock()
 	defer m.idxMu.Unlock()
-	if m.index == nil {
-		return parityFields{}, false
+	if m.index != nil {
+		if s, ok := m.index.sets[id]; ok {
+			return s.f, true
+		}
 	}
-	s, ok := m.index.sets[id]
+	s, ok := m.parityless[id]
 	return s.f, ok
 }
 
