@@ -445,6 +445,19 @@ func (p *crashPlan) check(t *testing.T, mems []*mem.Device, c crashed) []crashFa
 	}
 	r := &rig{t: t, a: a, mems: mems, devs: devs, opts: p.cc.opts}
 	defer func() { _ = r.a.Close() }()
+	return p.verify(t, r, c, false)
+}
+
+// verify checks every key of r's array against what the fault c left (see
+// check). live: the process that met the fault goes on, with no restart
+// (failwrite_test.go): it always continues (continueAfter), then the
+// devices that failed are resynced and one more is lost before any scrub.
+func (p *crashPlan) verify(t *testing.T, r *rig, c crashed, live bool) []crashFailure {
+	t.Helper()
+	mems := r.mems
+	fail := func(class, phase, key, detail string) crashFailure {
+		return crashFailure{at: c.at, op: c.inFlight, class: class, phase: phase, key: key, detail: detail}
+	}
 	var fails []crashFailure
 	first := map[string]firstRead{}
 	allows := func(o outcomes, k string, got []byte, err error) bool {
@@ -458,6 +471,9 @@ func (p *crashPlan) check(t *testing.T, mems []*mem.Device, c crashed) []crashFa
 	lost, early := false, false
 	inFlight := p.keyInFlight(c) // "" once written again (continueAfter)
 	checkAll := func(phase string) {
+		// A device down (live: the failed ones, until their resync) is
+		// to Hashing's values as a device lost, until it is back.
+		lost := lost || live && impaired(r.a)
 		for _, k := range p.keys {
 			if lost && slices.ContainsFunc(c.out[k], func(v []byte) bool { return p.hashed[string(v)] }) {
 				continue // Hashing keeps one copy: a lost device loses it
@@ -494,9 +510,17 @@ func (p *crashPlan) check(t *testing.T, mems []*mem.Device, c crashed) []crashFa
 		}
 	}
 	checkAll("reopen")
-	if os.Getenv("KVARRAY_CRASH_CONTINUE") != "" {
+	if live || os.Getenv("KVARRAY_CRASH_CONTINUE") != "" {
 		fails = append(fails, p.continueAfter(r.a, &c, first, &inFlight, fail)...)
 		checkAll("continued")
+	}
+	if live {
+		for d, err := range r.heal() {
+			if err != nil {
+				fails = append(fails, fail("resync fails", "resync", "", fmt.Sprintf("device %d: %v", d, err)))
+			}
+		}
+		checkAll("resynced")
 	}
 	loseOne := func(d int, phase string) []crashFailure {
 		lost = true
@@ -511,8 +535,8 @@ func (p *crashPlan) check(t *testing.T, mems []*mem.Device, c crashed) []crashFa
 		checkAll("rebuilt" + phase)
 		return nil
 	}
-	if os.Getenv("KVARRAY_CRASH_EARLY_LOSS") != "" {
-		early = true
+	if live || os.Getenv("KVARRAY_CRASH_EARLY_LOSS") != "" {
+		early = !live // a failed write was resynced, not cut short
 		if f := loseOne(int((c.at+3)%int64(len(mems))), " before any repair"); f != nil {
 			return f
 		}
@@ -590,8 +614,10 @@ func (p *crashPlan) continueAfter(a *Array, c *crashed, first map[string]firstRe
 		switch {
 		case o.settle:
 			continue // one that fails leaves the log to the next (a device down)
-		case err != nil && o.using == "hashing" && impaired(a):
-			c.out.record(o.key, o.value, err) // Hashing tolerates no fault
+		case err != nil && impaired(a) && (o.using == "hashing" || p.mayFail(c.out, o, err)):
+			// Hashing tolerates no fault, and a delete cannot prove a
+			// key absent past a Hashing primary that is down.
+			c.out.record(o.key, o.value, err)
 			if c.acked != nil {
 				c.acked.record(o.key, o.value, err)
 			}

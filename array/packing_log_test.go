@@ -758,9 +758,18 @@ func deleteAfterACutShortMove(t *testing.T, crash bool) {
 // are on the four others has its parities on the two that are down: none
 // lands, and the members are acknowledged (two failures are within
 // Packing's tolerance), their parities recorded missed. Invariant: once
-// the two devices are resynced, the set is whole again: every member
-// reads back after the loss (and rebuild) of its own primary.
+// the two devices are resynced (after a crash: and the array scrubbed),
+// the set is whole again: every member reads back after the loss (and
+// rebuild) of its own primary.
 func TestSetWithNoParityLanded(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		t.Run(map[bool]string{false: "live", true: "crash"}[crash], func(t *testing.T) {
+			setWithNoParityLanded(t, crash)
+		})
+	}
+}
+
+func setWithNoParityLanded(t *testing.T, crash bool) {
 	r := newRig(t, 6, WithMechanisms(packing.New(4, 2, time.Second), replication.New(3)), WithDefault("packing"))
 	rng := newRand(t)
 	var keys []string
@@ -777,11 +786,21 @@ func TestSetWithNoParityLanded(t *testing.T) {
 		vals[i] = randBytes(rng, 1000)
 	}
 	storeConcurrently(t, r.a, keys, vals)
+	if crash {
+		r.reopen()
+	}
 	r.mems[4].Recover()
 	r.mems[5].Recover()
 	for d, err := range r.heal() {
 		if err != nil {
 			t.Fatalf("resync of device %d: %v", d, err)
+		}
+	}
+	if crash {
+		// What the process kept in memory is gone: the scrub after the
+		// crash (serve starts it) repairs the set from its members.
+		if _, err := r.a.Scrub(ctx, true); err != nil {
+			t.Fatal(err)
 		}
 	}
 	for i, k := range keys {
