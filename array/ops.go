@@ -907,9 +907,7 @@ func (a *Array) settleFirst(ctx context.Context, key []byte) {
 		return
 	}
 	ctx = mechanism.WithSettling(ctx)
-	if _, err := a.repair(ctx, key); err != nil && !errors.Is(err, ErrNotFound) {
-		return
-	}
+	_, rerr := a.repair(ctx, key)
 	// A set may list a member of key that a crash cut short before its
 	// piece landed (the parities written first). No read takes it while
 	// the primary answers, but with the primary lost a rebuild restored
@@ -931,7 +929,9 @@ func (a *Array) settleFirst(ctx context.Context, key []byte) {
 			_, _ = m.Repair(ctx, k, &hint)
 		}
 	}
-	a.settledKey(key)
+	if rerr == nil || errors.Is(rerr, ErrNotFound) {
+		a.settledKey(key)
+	}
 }
 
 // maxUnsettled bounds the keys kept for settling after a failed write;

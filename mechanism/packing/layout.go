@@ -3,6 +3,7 @@ package packing
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/kvarray/kvarray/format"
 )
@@ -62,6 +63,17 @@ type parityFields struct {
 	geometry
 	index   int
 	members []member
+}
+
+// clone returns a copy of f that shares no memory with it: decoded member
+// keys alias the parity they came from.
+func (f *parityFields) clone() parityFields {
+	own := *f
+	own.members = slices.Clone(f.members)
+	for i := range own.members {
+		own.members[i].key = slices.Clone(own.members[i].key)
+	}
+	return own
 }
 
 // Layout of the geometry (shared prefix, after the role byte):

@@ -478,12 +478,7 @@ func (m *Mechanism) keepParityless(pf *parityFields, v uint64) error {
 	if m.parityless == nil {
 		m.parityless = map[uint64]indexedSet{}
 	}
-	own := *pf
-	own.members = slices.Clone(pf.members)
-	for i := range own.members {
-		own.members[i].key = slices.Clone(own.members[i].key)
-	}
-	m.parityless[pf.set] = indexedSet{f: own, version: v}
+	m.parityless[pf.set] = indexedSet{f: pf.clone(), version: v}
 	return nil
 }
 
@@ -1807,11 +1802,7 @@ func (x *setIndex) note(f *parityFields, v uint64) {
 	}
 	// Decoded member keys alias their parity, data and all: the index
 	// keeps copies, so that it holds memberships, not parities.
-	own := *f
-	own.members = slices.Clone(f.members)
-	for i := range own.members {
-		own.members[i].key = slices.Clone(own.members[i].key)
-	}
+	own := f.clone()
 	f = &own
 	x.sets[f.set] = indexedSet{f: *f, version: v}
 	for _, mb := range f.members {
