@@ -96,23 +96,38 @@ func (p *crashPlan) mayFail(out outcomes, o crashOp, err error) bool {
 // TestAnswerLostAtEveryOperation covers every device operation of a
 // 100-operation workload (60 under -race; KVARRAY_ANSWER_OPS to change it).
 func TestAnswerLostAtEveryOperation(t *testing.T) {
-	n := 100
-	if s := os.Getenv("KVARRAY_ANSWER_OPS"); s != "" {
+	everyConfig(t, workloadOps(t, "KVARRAY_ANSWER_OPS", 100, 60), "answers lost", (*crashPlan).everyAnswerLost)
+}
+
+// workloadOps returns how many workload operations a fault test runs:
+// the value of the environment variable env if set, else 30 with -short,
+// else race under the race detector (which slows it several times over),
+// else def.
+func workloadOps(t *testing.T, env string, def, race int) int {
+	if s := os.Getenv(env); s != "" {
+		n := 0
 		if _, err := fmt.Sscan(s, &n); err != nil {
-			t.Fatalf("KVARRAY_ANSWER_OPS=%q: %v", s, err)
+			t.Fatalf("%s=%q: %v", env, s, err)
 		}
+		return n
 	}
 	switch {
 	case testing.Short():
-		n = 30
-	case raceEnabled && os.Getenv("KVARRAY_ANSWER_OPS") == "":
-		n = 60 // the race detector slows it several times over
+		return 30
+	case raceEnabled:
+		return race
 	}
+	return def
+}
+
+// everyConfig runs fault test every over an n-operation workload in each
+// crash configuration and reports its violations.
+func everyConfig(t *testing.T, n int, how string, every func(*crashPlan, *testing.T) (int, []crashFailure)) {
 	for _, cc := range crashConfigs() {
 		t.Run(cc.name, func(t *testing.T) {
 			p := newCrashPlan(t, cc, n)
-			points, fails := p.everyAnswerLost(t)
-			p.report(t, "answers lost", points, fails)
+			points, fails := every(p, t)
+			p.report(t, how, points, fails)
 		})
 	}
 }

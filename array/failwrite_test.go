@@ -3,8 +3,6 @@ package array
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 
@@ -107,23 +105,5 @@ func (p *crashPlan) everyFailedWrite(t *testing.T) (points int, fails []crashFai
 // TestFailedWriteAtEveryOperation covers every device operation of a
 // 100-operation workload (30 under -race; KVARRAY_FAIL_OPS to change it).
 func TestFailedWriteAtEveryOperation(t *testing.T) {
-	n := 100
-	if s := os.Getenv("KVARRAY_FAIL_OPS"); s != "" {
-		if _, err := fmt.Sscan(s, &n); err != nil {
-			t.Fatalf("KVARRAY_FAIL_OPS=%q: %v", s, err)
-		}
-	}
-	switch {
-	case testing.Short():
-		n = 30
-	case raceEnabled && os.Getenv("KVARRAY_FAIL_OPS") == "":
-		n = 30 // the race detector slows it several times over
-	}
-	for _, cc := range crashConfigs() {
-		t.Run(cc.name, func(t *testing.T) {
-			p := newCrashPlan(t, cc, n)
-			points, fails := p.everyFailedWrite(t)
-			p.report(t, "writes failed", points, fails)
-		})
-	}
+	everyConfig(t, workloadOps(t, "KVARRAY_FAIL_OPS", 100, 30), "writes failed", (*crashPlan).everyFailedWrite)
 }
