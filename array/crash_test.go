@@ -504,12 +504,16 @@ func (p *crashPlan) verify(t *testing.T, r *rig, c crashed, live bool) []crashFa
 					c.out.describe(k, got, err, p.origin), len(was.val), was.found)))
 			case c.acked != nil && !allows(c.acked, k, got, err):
 				fails = append(fails, fail("acknowledged in flight, lost", phase, k, c.acked.describe(k, got, err, p.origin)))
-			case phase == "reopen":
+			case phase == "reopen" || phase == "the failure":
 				first[k] = firstRead{val: bytes.Clone(got), found: err == nil}
 			}
 		}
 	}
-	checkAll("reopen")
+	if live {
+		checkAll("the failure") // the first reads, as after a restart
+	} else {
+		checkAll("reopen")
+	}
 	if live || os.Getenv("KVARRAY_CRASH_CONTINUE") != "" {
 		fails = append(fails, p.continueAfter(r.a, &c, first, &inFlight, fail)...)
 		checkAll("continued")
