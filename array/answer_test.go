@@ -59,23 +59,33 @@ func (p *crashPlan) everyAnswerLost(t *testing.T) (points int, fails []crashFail
 		proc := startAnswerLostProcess(t, p.cc, snap, at)
 		err := proc.apply(o)
 		proc.stop() // the process stops: its background work too, before the restart
-		var fails []crashFailure
-		c := crashed{at: at, inFlight: j, out: out}
-		switch {
-		case o.settle:
-			c.settled = true
-		case err == nil:
-			c.settled = true
-			c.out.record(o.key, o.value, nil)
-		default:
-			if !p.mayFail(out, o, err) {
-				fails = append(fails, crashFailure{at: at, op: j, class: "failed within tolerance", phase: "write",
-					key: o.key, detail: err.Error()})
-			}
-			c.out.record(o.key, o.value, errInFlight)
-		}
+		c, fails := p.survived(j, at, out, err)
 		return append(fails, p.check(t, snap, c)...)
 	})
+}
+
+// survived returns what workload operation j, which met the fault at
+// device operation at and returned err, left (the keys' outcomes before it
+// being out): acknowledged if err is nil, else in flight, and a violation
+// if it failed where mayFail does not allow it.
+func (p *crashPlan) survived(j int, at int64, out outcomes, err error) (crashed, []crashFailure) {
+	o := p.ops[j]
+	var fails []crashFailure
+	c := crashed{at: at, inFlight: j, out: out}
+	switch {
+	case o.settle:
+		c.settled = true
+	case err == nil:
+		c.settled = true
+		c.out.record(o.key, o.value, nil)
+	default:
+		if !p.mayFail(out, o, err) {
+			fails = append(fails, crashFailure{at: at, op: j, class: "failed within tolerance", phase: "write",
+				key: o.key, detail: err.Error()})
+		}
+		c.out.record(o.key, o.value, errInFlight)
+	}
+	return c, fails
 }
 
 // mayFail reports whether workload operation o may fail with err on an

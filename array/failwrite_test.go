@@ -82,21 +82,7 @@ func (p *crashPlan) everyFailedWrite(t *testing.T) (points int, fails []crashFai
 			err = nil
 		}
 		proc.quit.Store(true)
-		var fails []crashFailure
-		c := crashed{at: at, inFlight: j, out: out}
-		switch {
-		case o.settle:
-			c.settled = true
-		case err == nil:
-			c.settled = true
-			c.out.record(o.key, o.value, nil)
-		default:
-			if !p.mayFail(out, o, err) {
-				fails = append(fails, crashFailure{at: at, op: j, class: "failed within tolerance", phase: "write",
-					key: o.key, detail: err.Error()})
-			}
-			c.out.record(o.key, o.value, errInFlight)
-		}
+		c, fails := p.survived(j, at, out, err)
 		r := &rig{t: t, a: proc.a, mems: snap, opts: p.cc.opts}
 		return append(fails, p.verify(t, r, c, true)...)
 	})
