@@ -77,13 +77,13 @@ func (p *crashPlan) survived(j int, at int64, out outcomes, err error) (crashed,
 		c.settled = true
 	case err == nil:
 		c.settled = true
-		c.out.record(o.key, o.value, nil)
+		c.out.apply(o, nil)
 	default:
 		if !p.mayFail(out, o, err) {
 			fails = append(fails, crashFailure{at: at, op: j, class: "failed within tolerance", phase: "write",
 				key: o.key, detail: err.Error()})
 		}
-		c.out.record(o.key, o.value, errInFlight)
+		c.out.apply(o, errInFlight)
 	}
 	return c, fails
 }
@@ -100,7 +100,10 @@ func (p *crashPlan) mayFail(out outcomes, o crashOp, err error) bool {
 	}
 	hashed := slices.ContainsFunc(out[o.key], func(v []byte) bool { return p.hashed[string(v)] })
 	absent := out[o.key] == nil || out.allows(o.key, nil, ErrNotFound)
-	return o.del && (absent || hashed) && (errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable))
+	if o.edit && hashed {
+		return true // it reads the value first: perhaps a Hashing copy on the device down
+	}
+	return (o.del || o.edit) && (absent || hashed) && (errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable))
 }
 
 // TestAnswerLostAtEveryOperation covers every device operation of a

@@ -78,6 +78,42 @@ func (o outcomes) record(key string, value []byte, err error) {
 	}
 }
 
+// apply notes workload operation op (a write, a delete or a range edit)
+// that returned err.
+func (o outcomes) apply(op crashOp, err error) {
+	if !op.edit {
+		o.record(op.key, op.value, err)
+		return
+	}
+	next := o.edited(op)
+	if err == nil {
+		o[op.key] = next
+		return
+	}
+	before, known := o[op.key]
+	if !known {
+		before = [][]byte{nil}
+	}
+	o[op.key] = slices.Concat(before, next)
+}
+
+// edited returns what range edit op makes of each outcome of its key (an
+// absent key edits an empty value).
+func (o outcomes) edited(op crashOp) [][]byte {
+	before, known := o[op.key]
+	if !known {
+		before = [][]byte{nil}
+	}
+	var next [][]byte
+	for _, v := range before {
+		e := modelEdit(v, op.off, op.value)
+		if !slices.ContainsFunc(next, func(w []byte) bool { return bytes.Equal(w, e) }) {
+			next = append(next, e)
+		}
+	}
+	return next
+}
+
 // allows reports whether a read of key returning got, err is one of its
 // outcomes: bytes equal to a value, or not-found where absence is one.
 func (o outcomes) allows(key string, got []byte, err error) bool {
@@ -111,7 +147,10 @@ func (o outcomes) describe(key string, got []byte, err error, origin map[string]
 
 // crashOp is one operation of the crash workload.
 type crashOp struct {
-	del   bool
+	del bool
+	// edit: a range write of value at off (StoreRange), not a store
+	edit  bool
+	off   int64
 	key   string
 	value []byte
 	using string // per-call mechanism; "" lets the mode choose
@@ -126,6 +165,8 @@ func (o crashOp) String() string {
 		return "settle"
 	case o.del:
 		return "delete " + o.key
+	case o.edit:
+		return fmt.Sprintf("edit %s: %d bytes at %d", o.key, len(o.value), o.off)
 	case o.using != "":
 		return fmt.Sprintf("store %s %d bytes using %s", o.key, len(o.value), o.using)
 	}
@@ -195,6 +236,13 @@ func crashWorkload(rng *rand.Rand, n int) []crashOp {
 		key := fmt.Sprint("key-", rng.IntN(8))
 		if rng.IntN(7) == 0 {
 			ops = append(ops, crashOp{del: true, key: key})
+			continue
+		}
+		if rng.IntN(7) == 0 {
+			// A range write: inside a huge value, or growing one (the
+			// manifest layout rewrites only the splits it touches), or
+			// a small one whole.
+			ops = append(ops, crashOp{edit: true, key: key, off: rng.Int64N(24 << 10), value: randBytes(rng, 1+rng.IntN(6<<10))})
 			continue
 		}
 		var size int
@@ -311,6 +359,10 @@ func applyOp(a *Array, o crashOp) error {
 	if o.del {
 		return a.Delete(ctx, []byte(o.key))
 	}
+	if o.edit {
+		_, err := a.StoreRange(ctx, []byte(o.key), o.off, o.value)
+		return err
+	}
 	var opts []CallOption
 	if o.using != "" {
 		opts = append(opts, Using(o.using))
@@ -358,15 +410,15 @@ func (p *crashPlan) runUntilCrash(proc *crashProcess, from, to int, out outcomes
 				}
 				p.mu.Unlock()
 			}
-			out.record(o.key, o.value, err)
+			out.apply(o, err)
 			continue
 		}
 		c := crashed{at: at, inFlight: i, out: out}
 		if err == nil {
 			c.acked = maps.Clone(out)
-			c.acked.record(o.key, o.value, nil)
+			c.acked.apply(o, nil)
 		}
-		out.record(o.key, o.value, errInFlight)
+		out.apply(o, errInFlight)
 		return c
 	}
 	return crashed{at: at, inFlight: to, out: out}
@@ -621,9 +673,9 @@ func (p *crashPlan) continueAfter(a *Array, c *crashed, first map[string]firstRe
 		case err != nil && impaired(a) && (o.using == "hashing" || p.mayFail(c.out, o, err)):
 			// Hashing tolerates no fault, and a delete cannot prove a
 			// key absent past a Hashing primary that is down.
-			c.out.record(o.key, o.value, err)
+			c.out.apply(o, err)
 			if c.acked != nil {
-				c.acked.record(o.key, o.value, err)
+				c.acked.apply(o, err)
 			}
 			delete(first, o.key)
 			continue
@@ -634,6 +686,16 @@ func (p *crashPlan) continueAfter(a *Array, c *crashed, first map[string]firstRe
 		var v []byte
 		if !o.del {
 			v = o.value
+		}
+		if o.edit {
+			// What it edited may be any outcome of its key: the read
+			// after it says which, and must be one.
+			got, err := a.Retrieve(ctx, []byte(o.key))
+			if err != nil || !slices.ContainsFunc(c.out.edited(o), func(w []byte) bool { return bytes.Equal(w, got) }) {
+				fails = append(fails, fail("edit reads as no outcome", "continued", o.key, fmt.Sprintf("%v: %s", o, c.out.describe(o.key, got, err, p.origin))))
+				continue
+			}
+			v = got
 		}
 		c.out[o.key] = [][]byte{v}
 		if c.acked != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -38,6 +39,7 @@ type located struct {
 	hdr  format.Header     // of the newest good piece, or from a locator
 	// payload of the primary's piece when it is the newest good one.
 	payload []byte
+	lay     *layout // once read (layoutOf)
 }
 
 func (l *located) header() *format.Header { return &l.hdr }
@@ -454,8 +456,8 @@ func (a *Array) prepareStore(key, value []byte, c call) (mechanism.Mechanism, er
 	if err != nil {
 		return nil, err
 	}
-	if n := splitsFor(m, len(value)); n > a.maxSplits() {
-		return nil, fmt.Errorf("value of %d bytes needs %d splits with %s, at most %d: %w", len(value), n, m.Name(), a.maxSplits(), ErrValueTooLarge)
+	if n := splitsFor(m, len(value)); n > a.maxDataSplits(m) {
+		return nil, fmt.Errorf("value of %d bytes needs %d splits with %s, at most %d: %w", len(value), n, m.Name(), a.maxDataSplits(m), ErrValueTooLarge)
 	}
 	return m, nil
 }
@@ -487,7 +489,14 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 		}
 		a.meta.put(key, m, *written, value)
 	}()
-	n := splitsFor(m, len(value))
+	n := splitsFor(m, len(value)) // splits holding bytes
+	// A huge value on a banked array is written in the manifest layout
+	// (manifest.go): its split 0 holds the manifest, splits 1..n the bytes.
+	manifest := a.banked && n > 1
+	internal := n
+	if manifest {
+		internal = n + 1
+	}
 	if m.Tolerates() == 0 {
 		if err := a.markFlag(ctx, flagUnprotected, "a value without redundancy"); err != nil {
 			return err
@@ -506,22 +515,54 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 		}
 	}
 	var ph *format.Header
+	var py *layout // prev's
 	prevSplits := 0
 	if prev != nil {
+		var err error
+		if py, err = a.layoutOf(ctx, key, prev); err != nil {
+			if !unreadable(err) {
+				return fmt.Errorf("read previous value: %w", err)
+			}
+			// Nothing readable to update, as for previous: what is left
+			// of it is swept as orphans.
+			prev = nil
+		}
+	}
+	if prev != nil {
 		ph = prev.header()
-		prevSplits = int(ph.Splits)
+		prevSplits = py.splits
 		a.env.Clock().Observe(ph.Version)
 	}
 	prevFor := func(s int) *mechanism.Prev {
-		p := &mechanism.Prev{Header: *ph}
+		p := &mechanism.Prev{Header: *py.hint(s)}
 		if s == 0 {
 			p.Payload = prev.payload
 		}
 		return p
 	}
-	obj := mechanism.Object{Splits: uint32(n), ObjectLen: uint64(len(value)), Version: a.env.Clock().Next()}
-	for !a.versionFits(obj.Version, m, n, prev) {
+	// The versions of a manifest's data splits: each in the bank its
+	// split in prev does not use, so that no piece of prev is
+	// overwritten before split 0 commits the new value. Split 0's version,
+	// taken last, is the newest.
+	var dataVersions []uint64
+	if manifest {
+		vs := a.bankVersions()
+		dataVersions = make([]uint64, n)
+		for s := 1; s <= n; s++ {
+			b := uint64(0)
+			if prev != nil && s < py.splits {
+				b = py.version(s)&1 ^ 1
+			}
+			dataVersions[s-1] = vs[b]
+		}
+	}
+	obj := mechanism.Object{Splits: uint32(internal), ObjectLen: uint64(len(value)), Version: a.env.Clock().Next()}
+	for !a.versionFits(obj.Version, m, prev) {
 		obj.Version = a.env.Clock().Next()
+	}
+	y := &layout{splits: internal, size: int64(m.SplitCap()), length: int64(len(value)), manifest: manifest, versions: dataVersions}
+	if manifest {
+		obj.Splits += manifestBit
 	}
 	if rc, ok := prevM(prev).(releaseChecker); ok && prev.m != m {
 		// Refused before anything is written: the new value would
@@ -535,7 +576,7 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 	// value with all its redundancy, rather than neither value whole.
 	// inPlace: the new value's split s is stored under the same key as
 	// the old one's (always split 0; every split when not banked).
-	inPlace := func(s int) bool { return s < n && s < prevSplits && (s == 0 || !a.banked) }
+	inPlace := func(s int) bool { return s < internal && s < prevSplits && (s == 0 || !a.banked) }
 	releaseSplit := func(ctx context.Context, s int) error {
 		keep := 0
 		if inPlace(s) {
@@ -547,7 +588,7 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 				keep = 1 // the old pieces past the primary were not touched
 			}
 		}
-		return prev.m.Release(ctx, a.splitKey(key, s, ph.Version), prevFor(s), keep)
+		return prev.m.Release(ctx, a.splitKey(key, s, py.version(s)), prevFor(s), keep)
 	}
 	released0 := false // split 0 released before its primary was overwritten
 	release := func() error {
@@ -585,24 +626,32 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 			return nil
 		}
 	}
-	sc := m.SplitCap()
 	storeSplit := func(s int) error {
-		lo, hi := s*sc, min((s+1)*sc, len(value))
 		var pv *mechanism.Prev
 		if prev != nil && prev.m == m && inPlace(s) {
 			pv = prevFor(s)
 		}
-		k := a.splitKey(key, s, obj.Version)
-		if err := a.releaseMissed(ctx, k, obj.Version); err != nil {
+		o := obj
+		var data []byte
+		switch lo, hi := y.span(s); {
+		case manifest && s == 0:
+			data = y.encode()
+		case manifest:
+			o = mechanism.Object{Splits: 1, ObjectLen: uint64(hi - lo), Version: y.version(s)}
+			data = value[lo:hi]
+		default:
+			data = value[lo:hi]
+		}
+		k := a.splitKey(key, s, o.Version)
+		if err := a.releaseMissed(ctx, k, o.Version); err != nil {
 			return err
 		}
-		o := obj
 		if s == 0 {
 			o.Precommit = precommit
 		}
-		return m.Store(ctx, k, o, value[lo:hi], pv)
+		return m.Store(ctx, k, o, data, pv)
 	}
-	if a.banked && n > 1 {
+	if a.banked && internal > 1 {
 		// Split 0 last: it is what makes the new value the current one.
 		// Whether it can be written is known before any split is: if
 		// not, the splits written first are lost with it, and where
@@ -612,13 +661,13 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 		k0 := a.splitKey(key, 0, obj.Version)
 		err = a.env.Reachable(a.env.Span(k0, 0, min(m.Width(), a.env.N())), m.Tolerates())
 		if err == nil {
-			err = a.forSplits(ctx, n-1, func(i int) error { return storeSplit(i + 1) })
+			err = a.forSplits(ctx, internal-1, func(i int) error { return storeSplit(i + 1) })
 		}
 		if err == nil {
 			err = storeSplit(0)
 		}
 	} else {
-		err = a.forSplits(ctx, n, storeSplit)
+		err = a.forSplits(ctx, internal, storeSplit)
 	}
 	if err != nil && prev != nil && !errors.Is(err, mechanism.ErrCommitUnknown) {
 		a.dropUncommitted(ctx, key, m, obj.Version)
@@ -639,7 +688,11 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 		return err
 	}
 	if err == nil {
-		written = &format.Header{RM: m.RM(), Splits: obj.Splits, ObjectLen: obj.ObjectLen, Version: obj.Version}
+		_, hi := y.span(0)
+		if manifest {
+			hi = int64(len(y.encode()))
+		}
+		written = &format.Header{RM: m.RM(), Splits: obj.Splits, SplitLen: uint32(hi), ObjectLen: obj.ObjectLen, Version: obj.Version}
 	}
 	if err != nil || prev == nil {
 		return err
@@ -649,21 +702,17 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 	return release()
 }
 
-// versionFits reports whether a store of n splits by m over prev (nil
-// when unknown) may take version v: a huge value over a huge value takes
-// the other bank of splits (bankBit), and a mechanism writing out of place
-// the other bank of pieces past the primary (mechanism.Banked) than what
-// prev's pieces there are under.
-func (a *Array) versionFits(v uint64, m mechanism.Mechanism, n int, prev *located) bool {
+// versionFits reports whether a store by m over prev (nil when unknown)
+// may take version v for split 0: a mechanism writing out of place must
+// take the other bank of pieces past the primary (mechanism.Banked) than
+// what prev's pieces there are under. (A huge value's data splits choose
+// their banks themselves: see storeValue.)
+func (a *Array) versionFits(v uint64, m mechanism.Mechanism, prev *located) bool {
 	if prev == nil {
 		return true
 	}
-	ph := prev.header()
-	if a.banked && n > 1 && ph.Splits > 1 && v&1 == ph.Version&1 {
-		return false
-	}
 	if o, ok := m.(outOfPlace); ok && o.WritesOutOfPlace() {
-		return banksPastPrimary(m, v) != banksPastPrimary(prev.m, ph.Version)
+		return banksPastPrimary(m, v) != banksPastPrimary(prev.m, prev.header().Version)
 	}
 	return true
 }
@@ -832,40 +881,33 @@ func (a *Array) retrieveValue(ctx context.Context, key []byte) ([]byte, error) {
 		return nil, err
 	}
 	a.env.Clock().Observe(h0.Version)
-	if h0.Splits == 1 {
-		if uint64(len(v0)) != h0.ObjectLen {
-			return nil, fmt.Errorf("split 0 holds %d bytes of a %d-byte value in 1 split: %w", len(v0), h0.ObjectLen, format.ErrCorrupt)
-		}
+	var y *layout
+	if a.isManifest(&h0) {
+		y, err = a.decodeManifest(&h0, v0)
+	} else {
+		y, err = a.flatLayout(&h0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, hi := y.span(0); !y.manifest && int64(len(v0)) != hi {
+		return nil, fmt.Errorf("split 0 holds %d bytes, %d expected: %w", len(v0), hi, format.ErrCorrupt)
+	}
+	if y.splits == 1 {
 		a.meta.noteHead(key, h0.Version, v0)
 		return v0, nil
 	}
-	n, size := int(h0.Splits), int(h0.SplitLen)
-	if uint64(n-1)*uint64(size) >= h0.ObjectLen || uint64(n)*uint64(size) < h0.ObjectLen || h0.ObjectLen > uint64(a.o.maxValue) {
-		return nil, fmt.Errorf("split 0 says %d splits of %d bytes for a %d-byte value: %w", n, size, h0.ObjectLen, format.ErrCorrupt)
+	out := make([]byte, y.length)
+	if !y.manifest {
+		copy(out, v0)
 	}
-	out := make([]byte, h0.ObjectLen)
-	copy(out, v0)
-	err = a.forSplits(ctx, n-1, func(i int) error {
+	err = a.forSplits(ctx, y.splits-1, func(i int) error {
 		s := i + 1
-		k := a.splitKey(key, s, h0.Version)
-		k.Want = h0.Version
-		l, err := a.locate(ctx, k)
+		v, err := a.readSplit(ctx, key, y, s)
 		if err != nil {
 			return err
 		}
-		if l.m.RM() != h0.RM {
-			return fmt.Errorf("split %d written by %s, split 0 by mechanism id %d: %w", s, l.m.Name(), h0.RM, format.ErrCorrupt)
-		}
-		v, h, err := a.retrieveSplit(ctx, l.m, k, l.have, h0.Version)
-		if err != nil {
-			return err
-		}
-		lo := s * size
-		want := min(size, int(h0.ObjectLen)-lo)
-		if h.Splits != h0.Splits || h.ObjectLen != h0.ObjectLen || len(v) != want {
-			return fmt.Errorf("split %d (%d bytes of %d splits, %d in all) does not match split 0 (%d splits, %d in all): %w",
-				s, len(v), h.Splits, h.ObjectLen, h0.Splits, h0.ObjectLen, format.ErrCorrupt)
-		}
+		lo, _ := y.span(s)
 		copy(out[lo:], v)
 		return nil
 	})
@@ -874,6 +916,46 @@ func (a *Array) retrieveValue(ctx context.Context, key []byte) ([]byte, error) {
 	}
 	a.meta.noteHead(key, h0.Version, out)
 	return out, nil
+}
+
+// readSplit returns the bytes of split s ≥ 1 of the value y describes,
+// verified to be the write split 0 names.
+func (a *Array) readSplit(ctx context.Context, key []byte, y *layout, s int) ([]byte, error) {
+	k := a.keyIn(key, y, s)
+	l, err := a.locate(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	if l.m.RM() != y.h0.RM {
+		return nil, fmt.Errorf("split %d written by %s, split 0 by mechanism id %d: %w", s, l.m.Name(), y.h0.RM, format.ErrCorrupt)
+	}
+	v, h, err := a.retrieveSplit(ctx, l.m, k, l.have, k.Want)
+	if err != nil {
+		return nil, err
+	}
+	if err := y.matches(s, &h); err != nil {
+		return nil, err
+	}
+	if lo, hi := y.span(s); int64(len(v)) != hi-lo {
+		return nil, fmt.Errorf("split %d holds %d bytes, %d expected: %w", s, len(v), hi-lo, format.ErrCorrupt)
+	}
+	return v, nil
+}
+
+// readSplit0 returns the bytes of split 0 of a flat value y describes,
+// whose split 0 l located.
+func (a *Array) readSplit0(ctx context.Context, key []byte, l *located, y *layout) ([]byte, error) {
+	v, h, err := a.retrieveSplit(ctx, l.m, a.key(key, 0), l.have, y.version(0))
+	if err != nil {
+		return nil, err
+	}
+	if err := y.matches(0, &h); err != nil {
+		return nil, err
+	}
+	if _, hi := y.span(0); int64(len(v)) != hi {
+		return nil, fmt.Errorf("split 0 holds %d bytes, %d expected: %w", len(v), hi, format.ErrCorrupt)
+	}
+	return v, nil
 }
 
 // remove runs under key's lock.
@@ -1003,12 +1085,33 @@ func (a *Array) removeValue(ctx context.Context, key []byte) (err error) {
 		return err
 	}
 	h := *l.header()
-	if err := releaseInOrder(int(h.Splits), func(s int) error {
-		p := &mechanism.Prev{Header: h}
+	y, err := a.layoutOf(ctx, key, l)
+	if err != nil {
+		if !a.isManifest(&h) || needsPayload(l.m) {
+			return err
+		}
+		// A manifest that cannot be read does not say which bank each
+		// split is in: split 0 goes, then everything under the data
+		// splits' keys in both banks (their pieces carry nothing for
+		// other values: their mechanism is not Packing's).
+		return releaseInOrder(a.splitsOf(&h), func(s int) error {
+			if s == 0 {
+				return l.m.Release(ctx, a.key(key, 0), &mechanism.Prev{Header: h, Payload: l.payload}, 0)
+			}
+			for _, b := range []uint64{0, 1} {
+				if _, err := a.sweep(ctx, a.splitKey(key, s, b), 0, 0); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := releaseInOrder(y.splits, func(s int) error {
+		p := &mechanism.Prev{Header: *y.hint(s)}
 		if s == 0 {
 			p.Payload = l.payload
 		}
-		return l.m.Release(ctx, a.splitKey(key, s, h.Version), p, 0)
+		return l.m.Release(ctx, a.splitKey(key, s, y.version(s)), p, 0)
 	}); err != nil {
 		return err
 	}
@@ -1016,7 +1119,7 @@ func (a *Array) removeValue(ctx context.Context, key []byte) (err error) {
 		// A standalone store does not read before writing, so a value
 		// that once had more splits may have left some behind: remove
 		// them too. In hybrid mode every store cleans up as it goes.
-		for _, b := range a.leftoverBanks(int(h.Splits), h.Version) {
+		for _, b := range a.leftoverBanks(y) {
 			for s := b.from; s < a.maxSplits(); s++ {
 				k := a.splitKey(key, s, b.version)
 				l, err := a.locate(ctx, k)
@@ -1089,13 +1192,24 @@ type bankFrom struct {
 }
 
 // leftoverBanks returns where splits that no longer belong to a key's
-// value of the given splits and version may be: past its end in its own
-// bank, and from split 1 in the other bank (a huge value that an
-// interrupted store began to write, or that a store replaced).
-func (a *Array) leftoverBanks(splits int, version uint64) []bankFrom {
-	out := []bankFrom{{from: splits, version: version}}
-	if a.banked {
-		out = append(out, bankFrom{from: 1, version: version ^ 1})
+// value y (nil: it has none) may be: past its end in either bank, and,
+// for a flat value, from split 1 in the other bank (a huge value that an
+// interrupted store began to write, or that a store replaced). The other
+// banks of a manifest's data splits are swept split by split (repair).
+func (a *Array) leftoverBanks(y *layout) []bankFrom {
+	if y == nil {
+		out := []bankFrom{{from: 0, version: 0}}
+		if a.banked {
+			out = append(out, bankFrom{from: 1, version: 1})
+		}
+		return out
+	}
+	out := []bankFrom{{from: y.splits, version: y.h0.Version}}
+	switch {
+	case y.manifest:
+		out = append(out, bankFrom{from: y.splits, version: y.h0.Version ^ 1})
+	case a.banked:
+		out = append(out, bankFrom{from: 1, version: y.h0.Version ^ 1})
 	}
 	return out
 }
@@ -1235,7 +1349,6 @@ func (a *Array) repair(ctx context.Context, key []byte) (int, error) {
 // repairSized is repair, also returning the size of the value repaired.
 func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error) {
 	var size int64
-	splits := 0
 	l, err := a.locate(ctx, a.key(key, 0))
 	switch {
 	case err == nil:
@@ -1245,17 +1358,20 @@ func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error)
 		return 0, 0, err
 	}
 	var total int
+	var y *layout
+	// Under a scrub, its scan listed every internal key of key, and
+	// sweepHeld takes what belongs to no split of the value from it.
+	_, scanned := ctx.Value(heldKey{}).(map[string][]int)
 	if l != nil {
-		h := *l.header()
 		repairSplit := func(s int) (int, error) {
-			k := a.splitKey(key, s, h.Version)
+			k, hint := a.key(key, 0), l.header()
 			if s > 0 {
-				k.Want = h.Version
+				k, hint = a.keyIn(key, y, s), y.hint(s)
 			}
-			if err := a.releaseMissed(ctx, k, h.Version); err != nil {
+			if err := a.releaseMissed(ctx, k, hint.Version); err != nil {
 				return 0, err
 			}
-			n, err := l.m.Repair(ctx, k, &h)
+			n, err := l.m.Repair(ctx, k, hint)
 			if err != nil {
 				return n, err
 			}
@@ -1267,29 +1383,37 @@ func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error)
 				bankFrom = l.m.Width()
 			}
 			swept, err := a.sweep(ctx, k, l.m.Width(), bankFrom)
-			return n + swept, err
+			n += swept
+			if err == nil && y != nil && y.manifest && s > 0 && !scanned {
+				// Nothing in the bank split 0 does not name for it.
+				swept, err = a.sweep(ctx, a.otherBank(key, y, s), 0, 0)
+				n += swept
+			}
+			return n, err
 		}
 		// Split 0 first: its repair may settle on a newer version than
 		// the one located (a store in flight whose split 0 reached a
 		// neighbour only, after all its other splits), and that version
-		// says which bank the other splits and the leftovers are in.
+		// says where the other splits and the leftovers are.
 		n, err := repairSplit(0)
 		total += n
 		if err != nil {
 			return total, size, err
 		}
-		if now, err := a.locate(ctx, a.key(key, 0)); err == nil && now.header().Version != h.Version {
-			l, h = now, *now.header()
+		if now, err := a.locate(ctx, a.key(key, 0)); err == nil && now.header().Version != l.header().Version {
+			l = now
 			n, err := repairSplit(0)
 			total += n
 			if err != nil {
 				return total, size, err
 			}
 		}
-		splits = int(h.Splits)
-		size = int64(h.ObjectLen)
-		counts := make([]int, splits)
-		err = a.forSplits(ctx, splits-1, func(i int) error {
+		if y, err = a.layoutOf(ctx, key, l); err != nil {
+			return total, size, err
+		}
+		size = y.length
+		counts := make([]int, y.splits)
+		err = a.forSplits(ctx, y.splits-1, func(i int) error {
 			var err error
 			counts[i+1], err = repairSplit(i + 1)
 			return err
@@ -1304,12 +1428,8 @@ func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error)
 	// Splits past the end (all of them when the key does not exist) are
 	// orphans of an earlier, larger value, of a failed delete, or of an
 	// interrupted store of a huge value (in the other bank).
-	var version uint64
-	if l != nil {
-		version = l.header().Version
-	}
-	for _, b := range a.leftoverBanks(splits, version) {
-		for s := b.from; s < a.maxSplits(); s++ {
+	for _, b := range a.leftoverBanks(y) {
+		for s := b.from; s < a.maxSplits() && !scanned; s++ {
 			k := a.splitKey(key, s, b.version)
 			if err := a.releaseMissed(ctx, k, 0); err != nil {
 				return total, size, err
@@ -1324,10 +1444,50 @@ func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error)
 			}
 		}
 	}
+	// The walk above ends at the first split with no piece, but a store
+	// cut short writes its splits in parallel and may leave gaps: a
+	// scrub's scan finds them.
+	n, err := a.sweepHeld(ctx, key, y)
+	total += n
+	if err != nil {
+		return total, size, err
+	}
 	if l == nil {
 		return total, 0, fmt.Errorf("split 0: %w", ErrNotFound)
 	}
 	return total, size, nil
+}
+
+// sweepHeld sweeps, under a scrub (withHeld), the splits of key its scan
+// found that are no split of the value y (nil: none) describes.
+func (a *Array) sweepHeld(ctx context.Context, key []byte, y *layout) (int, error) {
+	held, ok := ctx.Value(heldKey{}).(map[string][]int)
+	if !ok {
+		return 0, nil
+	}
+	splits := map[int]bool{}
+	for k := range held {
+		if _, split, kind, err := format.ParseKey([]byte(k)); err == nil && format.HoldsPiece(kind) {
+			s := a.logical(split)
+			if y == nil || s >= y.splits || a.splitKey(key, s, y.version(s)).Split != split {
+				splits[split] = true
+			}
+		}
+	}
+	total := 0
+	for _, split := range slices.Sorted(maps.Keys(splits)) {
+		k := a.key(key, a.logical(split))
+		k.Split = split
+		if err := a.releaseMissed(ctx, k, 0); err != nil {
+			return total, err
+		}
+		n, err := a.sweep(ctx, k, 0, 0)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 // sweepIfLeftover sweeps the pieces of the given internal split number of
@@ -1337,8 +1497,11 @@ func (a *Array) sweepIfLeftover(ctx context.Context, key []byte, split int) (int
 	l, err := a.locate(ctx, a.key(key, 0))
 	switch {
 	case err == nil:
-		h := l.header()
-		if s := a.logical(split); s < int(h.Splits) && a.splitKey(key, s, h.Version).Split == split {
+		y, err := a.layoutOf(ctx, key, l)
+		if err != nil {
+			return 0, err
+		}
+		if s := a.logical(split); s < y.splits && a.splitKey(key, s, y.version(s)).Split == split {
 			return 0, nil
 		}
 	case !errors.Is(err, ErrNotFound):

@@ -230,6 +230,9 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 	// with rm occupies.
 	spans := func(key string, rm string, size int) [][]int {
 		splits := max(1, (size+splitCap[rm]-1)/splitCap[rm])
+		if splits > 1 && r.a.banked {
+			splits++ // split 0 holds the manifest (manifest.go)
+		}
 		var out [][]int
 		for s := 0; s < splits; s++ {
 			p := r.a.primary([]byte(key), s)

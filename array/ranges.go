@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/kvarray/kvarray/format"
@@ -257,25 +258,23 @@ func (a *Array) peekIf(ctx context.Context, key []byte, ok bool) (l *located, pr
 
 // rangesOf reads the ranges of key's value, whose split 0 l located.
 func (a *Array) rangesOf(ctx context.Context, key []byte, rs []Range, l *located) ([][]byte, int64, error) {
-	h0 := *l.header()
-	total := int64(h0.ObjectLen)
-	n, size := int(h0.Splits), int64(h0.SplitLen)
-	if h0.ObjectLen > uint64(a.o.maxValue) || n <= 1 && uint64(size) != h0.ObjectLen ||
-		n > 1 && (uint64(n-1)*uint64(size) >= h0.ObjectLen || uint64(n)*uint64(size) < h0.ObjectLen) {
-		return nil, 0, fmt.Errorf("split 0 says %d splits of %d bytes for a %d-byte value: %w", n, size, h0.ObjectLen, format.ErrCorrupt)
+	y, err := a.layoutOf(ctx, key, l)
+	if err != nil {
+		return nil, 0, err
 	}
-	if n <= 1 {
-		size = max(total, 1)
-	}
+	total := y.length
 	out := make([][]byte, len(rs))
 	bySplit := map[int][]part{}
 	for i, r := range rs {
 		lo := min(r.Off, total)
 		hi := lo + min(r.Len, total-lo)
 		out[i] = make([]byte, hi-lo)
-		for s := lo / size; s*size < hi; s++ {
-			base := s * size
-			bySplit[int(s)] = append(bySplit[int(s)], part{r: i, lo: int(max(lo, base) - base), hi: int(min(hi, base+size) - base), dst: max(lo, base) - lo})
+		for s := y.splitOf(lo); lo < hi; s++ {
+			base, end := y.span(s)
+			bySplit[s] = append(bySplit[s], part{r: i, lo: int(max(lo, base) - base), hi: int(min(hi, end) - base), dst: max(lo, base) - lo})
+			if end >= hi {
+				break
+			}
 		}
 	}
 	splits := make([]int, 0, len(bySplit))
@@ -283,13 +282,8 @@ func (a *Array) rangesOf(ctx context.Context, key []byte, rs []Range, l *located
 		splits = append(splits, s)
 	}
 	slices.Sort(splits)
-	err := a.forSplits(ctx, len(splits), func(i int) error {
-		s := splits[i]
-		splitLen := min(size, total-int64(s)*size)
-		if n <= 1 {
-			splitLen = total
-		}
-		return a.readParts(ctx, key, s, l, &h0, int(splitLen), bySplit[s], out)
+	err = a.forSplits(ctx, len(splits), func(i int) error {
+		return a.readParts(ctx, key, splits[i], l, y, bySplit[splits[i]], out)
 	})
 	if err != nil {
 		return nil, 0, err
@@ -298,57 +292,37 @@ func (a *Array) rangesOf(ctx context.Context, key []byte, rs []Range, l *located
 }
 
 // readParts reads the parts of split s of the value that l located (its
-// split 0, header h0), a split of splitLen bytes, into out.
-func (a *Array) readParts(ctx context.Context, key []byte, s int, l *located, h0 *format.Header, splitLen int, parts []part, out [][]byte) error {
-	k, m, have := a.key(key, 0), l.m, l.have
+// split 0), whose layout is y, into out.
+func (a *Array) readParts(ctx context.Context, key []byte, s int, l *located, y *layout, parts []part, out [][]byte) error {
+	k, have := a.key(key, 0), l.have
 	if s > 0 {
-		k = a.splitKey(key, s, h0.Version)
-		k.Want = h0.Version
-		have = nil
+		k, have = a.keyIn(key, y, s), nil
 	}
-	// check verifies that the header a split was read with is of this
-	// value: the mechanism verified the piece, not whose it is.
-	check := func(h *format.Header) error {
-		if h.Splits != h0.Splits || h.ObjectLen != h0.ObjectLen || (s > 0 && h.Version != h0.Version) {
-			return fmt.Errorf("split %d (of %d splits, %d bytes in all) does not match split 0 (%d splits, %d in all): %w",
-				s, h.Splits, h.ObjectLen, h0.Splits, h0.ObjectLen, format.ErrCorrupt)
-		}
-		return nil
-	}
-	if rr, ok := m.(rangeRetriever); ok {
-		hint := *h0
-		hint.SplitLen = uint32(splitLen)
+	if rr, ok := l.m.(rangeRetriever); ok {
+		lo, hi := y.span(s)
+		hint := *y.hint(s)
+		hint.SplitLen = uint32(hi - lo)
 		for _, p := range parts {
 			b, h, err := rr.RetrieveRange(ctx, k, &hint, have, p.lo, p.hi)
 			if err != nil {
 				return err
 			}
-			if err := check(&h); err != nil {
+			if err := y.matches(s, &h); err != nil {
 				return err
 			}
 			copy(out[p.r][p.dst:], b)
 		}
 		return nil
 	}
+	var v []byte
+	var err error
 	if s > 0 {
-		ls, err := a.locate(ctx, k)
-		if err != nil {
-			return err
-		}
-		if ls.m.RM() != h0.RM {
-			return fmt.Errorf("split %d written by %s, split 0 by mechanism id %d: %w", s, ls.m.Name(), h0.RM, format.ErrCorrupt)
-		}
-		m, have = ls.m, ls.have
+		v, err = a.readSplit(ctx, key, y, s)
+	} else {
+		v, err = a.readSplit0(ctx, key, l, y)
 	}
-	v, h, err := a.retrieveSplit(ctx, m, k, have, h0.Version)
 	if err != nil {
 		return err
-	}
-	if err := check(&h); err != nil {
-		return err
-	}
-	if len(v) != splitLen {
-		return fmt.Errorf("split %d holds %d bytes, %d expected: %w", s, len(v), splitLen, format.ErrCorrupt)
 	}
 	for _, p := range parts {
 		copy(out[p.r][p.dst:], v[p.lo:p.hi])
@@ -400,6 +374,11 @@ func (a *Array) storeRanges(ctx context.Context, key []byte, edits []Edit, c cal
 		}
 		end, writes = max(end, e.Off+int64(len(e.Data))), true
 	}
+	if writes {
+		if n, ok, err := a.editSplits(ctx, key, edits, end, c); ok {
+			return n, err
+		}
+	}
 	cur, err := a.retrieve(ctx, key)
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -421,4 +400,131 @@ func (a *Array) storeRanges(ctx context.Context, key []byte, edits []Edit, c cal
 		return 0, err
 	}
 	return int64(len(v)), a.store(ctx, key, v, m, c)
+}
+
+// editSplits applies edits that write up to byte end to key's value when
+// it is in the manifest layout (manifest.go) and stays so: it rewrites
+// only the splits the edits touch (and those the value grows into), each
+// in the bank its current version does not use and with a new version,
+// then split 0 with the new manifest, then releases the replaced splits.
+// A failure or crash at any device operation leaves the old value or the
+// new one, whole. ok false: the value is not such a value (or would
+// change mechanism or geometry), and nothing was written; the caller
+// edits it whole. Under key's lock.
+func (a *Array) editSplits(ctx context.Context, key []byte, edits []Edit, end int64, c call) (n int64, ok bool, err error) {
+	if !a.banked {
+		return 0, false, nil
+	}
+	if e, ok := a.meta.get(key); ok && (e.m == nil || !a.isManifest(&e.hdr)) {
+		return 0, false, nil
+	}
+	if a.tinyKey(key) {
+		if _, found, err := a.tinyLookup(ctx, key); err != nil || found {
+			return 0, false, nil
+		}
+	}
+	a.settleFirst(ctx, key)
+	l, err := a.locate(ctx, a.key(key, 0))
+	if err != nil || !a.isManifest(l.header()) {
+		return 0, false, nil
+	}
+	y, err := a.layoutOf(ctx, key, l)
+	if err != nil {
+		return 0, false, nil
+	}
+	m, newLen := l.m, max(end, y.length)
+	if mm, err := a.mechanismFor(int(newLen), c.rm); err != nil || mm != m || int64(m.SplitCap()) != y.size ||
+		splitsFor(m, int(newLen)) > a.maxDataSplits(m) {
+		return 0, false, nil
+	}
+	a.env.Clock().Observe(y.h0.Version)
+	defer func() {
+		if err != nil {
+			a.unsettle(key)
+			a.meta.forget(key)
+		}
+	}()
+	ny := &layout{splits: splitsFor(m, int(newLen)) + 1, size: y.size, length: newLen, manifest: true}
+	ny.versions = append(slices.Clone(y.versions), make([]uint64, ny.splits-y.splits)...)
+	// The splits to write: those the edits cover, and, when the value
+	// grows, its last split (if partial) and every split past it.
+	touched := map[int]bool{}
+	for _, e := range edits {
+		for off := e.Off; off < e.Off+int64(len(e.Data)); off = (off/y.size + 1) * y.size {
+			touched[ny.splitOf(off)] = true
+		}
+	}
+	if newLen > y.length {
+		for s := ny.splitOf(y.length); s < ny.splits; s++ {
+			touched[s] = true
+		}
+	}
+	splits := slices.Sorted(maps.Keys(touched))
+	vs := a.bankVersions()
+	data := make([][]byte, len(splits))
+	err = a.forSplits(ctx, len(splits), func(i int) error {
+		s := splits[i]
+		lo, hi := ny.span(s)
+		b := make([]byte, hi-lo)
+		if s < y.splits {
+			old, err := a.readSplit(ctx, key, y, s)
+			if err != nil {
+				return err
+			}
+			copy(b, old)
+			ny.versions[s-1] = vs[y.version(s)&1^1]
+		} else {
+			ny.versions[s-1] = vs[0]
+		}
+		for _, e := range edits {
+			if from, to := max(e.Off, lo), min(e.Off+int64(len(e.Data)), hi); from < to {
+				copy(b[from-lo:], e.Data[from-e.Off:to-e.Off])
+			}
+		}
+		data[i] = b
+		return nil
+	})
+	if err != nil {
+		return 0, true, err
+	}
+	v0 := a.env.Clock().Next()
+	for !a.versionFits(v0, m, l) {
+		v0 = a.env.Clock().Next()
+	}
+	k0 := a.key(key, 0)
+	if err := a.env.Reachable(a.env.Span(k0, 0, min(m.Width(), a.env.N())), m.Tolerates()); err != nil {
+		return 0, true, err
+	}
+	err = a.forSplits(ctx, len(splits), func(i int) error {
+		s := splits[i]
+		k := a.splitKey(key, s, ny.versions[s-1])
+		if err := a.releaseMissed(ctx, k, ny.versions[s-1]); err != nil {
+			return err
+		}
+		return m.Store(ctx, k, mechanism.Object{Splits: 1, ObjectLen: uint64(len(data[i])), Version: ny.versions[s-1]}, data[i], nil)
+	})
+	obj := mechanism.Object{Splits: uint32(ny.splits) + manifestBit, ObjectLen: uint64(newLen), Version: v0}
+	if err == nil {
+		err = a.releaseMissed(ctx, k0, v0)
+	}
+	if err == nil {
+		err = m.Store(ctx, k0, obj, ny.encode(), &mechanism.Prev{Header: y.h0, Payload: l.payload})
+		if err != nil && !errors.Is(err, mechanism.ErrCommitUnknown) {
+			a.dropUncommitted(ctx, key, m, v0)
+		}
+	}
+	if err != nil {
+		return 0, true, err
+	}
+	ny.h0 = format.Header{RM: m.RM(), Splits: obj.Splits, SplitLen: uint32(len(ny.encode())), ObjectLen: obj.ObjectLen, Version: v0}
+	a.meta.put(key, m, ny.h0, nil)
+	// The replaced splits go, last first (see releaseInOrder).
+	for i := len(splits) - 1; i >= 0; i-- {
+		if s := splits[i]; s < y.splits {
+			if err = l.m.Release(ctx, a.splitKey(key, s, y.version(s)), &mechanism.Prev{Header: *y.hint(s)}, 0); err != nil {
+				return 0, true, fmt.Errorf("release previous split %d: %w", s, err)
+			}
+		}
+	}
+	return newLen, true, nil
 }

@@ -134,7 +134,7 @@ func TestRangesAgainstModel(t *testing.T) {
 
 // TestRangeReadReadsCoveringShards: a range read of a huge Splitting value
 // reads from the devices the header of split 0's primary piece (length,
-// geometry), the blocks of the data shards covering the range with their
+// geometry) and split 0's pieces (the manifest: a few dozen bytes each), the blocks of the data shards covering the range with their
 // table entries, and the headers of the covered splits' other shards
 // (that the write is whole): bytes in proportion to the range, not to a
 // shard. Len reads one piece at most.
@@ -148,6 +148,15 @@ func TestRangeReadReadsCoveringShards(t *testing.T) {
 	v := randBytes(rng, int(4*split+1000))
 	r.mustStore("huge", v, Using("splitting"))
 	shard := split / 4
+	var manifest int64 // split 0's pieces
+	for i := range r.mems {
+		if b, err := r.raw(i, "huge", 0); err == nil {
+			manifest += int64(len(b))
+		}
+	}
+	if manifest == 0 || manifest > 6*200 {
+		t.Fatalf("split 0's pieces take %d bytes, want a manifest's few dozen bytes each", manifest)
+	}
 	reads := func() (n, bytes int64) {
 		for _, m := range r.mems {
 			s := m.Stats()
@@ -177,8 +186,9 @@ func TestRangeReadReadsCoveringShards(t *testing.T) {
 		_, b := reads()
 		// Headers (format.HeaderLen + splitting's 7 bytes of fixed RM
 		// fields, 43 bytes) of split 0's primary and of each covered
-		// split's shards, and table entries (4 bytes a block).
-		if lo, hi := c.n, c.blocks*(splitting.BlockSize+4)+(1+6*c.splits)*52; b < lo || b > hi {
+		// split's shards, split 0's pieces, and table entries (4 bytes
+		// a block).
+		if lo, hi := c.n, c.blocks*(splitting.BlockSize+4)+(1+6*c.splits)*52+manifest; b < lo || b > hi {
 			t.Errorf("%s: %d bytes read, want %d..%d (%d blocks and headers)", c.name, b, lo, hi, c.blocks)
 		}
 	}
@@ -188,6 +198,81 @@ func TestRangeReadReadsCoveringShards(t *testing.T) {
 	}
 	if n, _ := reads(); n != 1 {
 		t.Errorf("len: %d device reads, want 1", n)
+	}
+}
+
+// TestRangeWriteRewritesItsSplits: a range write to a huge value (the
+// manifest layout) writes the splits its edits touch and split 0, not the
+// value: an edit inside one split, across two, an append into the last
+// split and past it, a write far past the end. After each, the value reads
+// as the model, and the devices hold exactly what a fresh store of the
+// model leaves (the replaced splits released, no orphan).
+func TestRangeWriteRewritesItsSplits(t *testing.T) {
+	for _, m := range []string{"splitting", "replication", "hashing", "packing"} {
+		t.Run(m, func(t *testing.T) {
+			r := newRigLimits(t, 6, rangeLimits, everyMechanism())
+			rng := newRand(t)
+			split := int64(r.a.byName[m].SplitCap())
+			model := randBytes(rng, int(4*split+1000))
+			r.mustStore("huge", model, Using(m))
+			written := func() (n int64) {
+				for _, d := range r.mems {
+					n += d.Stats().BytesWritten
+					d.ResetStats()
+				}
+				return n
+			}
+			written()
+			cases := []struct {
+				name   string
+				off, n int64
+				splits int64 // written, at most
+			}{
+				{"inside one split", 2*split + 100, 100, 1},
+				{"across two splits", 3*split - 50, 100, 2},
+				{"append into the last split", int64(len(model)), 500, 1},
+				{"append past the last split", 4*split + 1400, split, 2},
+				{"far past the end", 8*split + 10, 10, 4},
+			}
+			for _, c := range cases {
+				data := randBytes(rng, int(c.n))
+				n, err := r.a.StoreRange(ctx, []byte("huge"), c.off, data, Using(m))
+				if end := c.off + c.n; int64(len(model)) < end {
+					model = append(model, make([]byte, end-int64(len(model)))...)
+				}
+				copy(model[c.off:], data)
+				if err != nil || n != int64(len(model)) {
+					t.Fatalf("%s: %d, %v; want %d", c.name, n, err, len(model))
+				}
+				// Each split's bytes at most 3 times (3 copies; Splitting
+				// writes less), and split 0 with the manifest; Packing
+				// also patches 2 parities when a split joins its new set
+				// and when the replaced one leaves.
+				per := int64(3)
+				if m == "packing" {
+					per = 5
+				}
+				if w, most := written(), per*c.splits*split+6*200; w > most || w < c.n {
+					t.Errorf("%s: %d bytes written, want %d..%d (%d splits)", c.name, w, c.n, most, c.splits)
+				}
+				r.mustRead("huge", model)
+				if got, err := r.a.RetrieveRange(ctx, []byte("huge"), c.off, c.n); err != nil || !bytes.Equal(got, data) {
+					t.Fatalf("%s: range read back: %v", c.name, err)
+				}
+			}
+			if m == "packing" {
+				return // its sets keep their parities (and slots) past a release
+			}
+			fresh := newRigLimits(t, 6, rangeLimits, everyMechanism())
+			fresh.mustStore("huge", model, Using(m))
+			for i := range r.mems {
+				got, _ := r.mems[i].Info(ctx)
+				want, _ := fresh.mems[i].Info(ctx)
+				if got.Keys != want.Keys || got.Used != want.Used {
+					t.Errorf("device %d holds %d keys, %d bytes; a fresh store of the value %d keys, %d bytes", i, got.Keys, got.Used, want.Keys, want.Used)
+				}
+			}
+		})
 	}
 }
 
@@ -257,89 +342,116 @@ func TestStoreRangeFaultAtEveryOperation(t *testing.T) {
 	rng := newRand(t)
 	for _, m := range []string{"hashing", "replication", "splitting", "packing"} {
 		for _, size := range []int{3000, 26 << 10} {
-			old := randBytes(rng, size)
-			off, data := int64(size/2), randBytes(rng, size/3)
-			want := modelEdit(old, off, data)
-			for _, crash := range []bool{false, true} {
-				t.Run(fmt.Sprintf("%s-%d-crash=%v", m, size, crash), func(t *testing.T) {
-					// run stores old, then writes the range with operation
-					// failAt (< 0: none) failing, and returns the devices,
-					// the array and how many operations the write made.
-					run := func(failAt int64) ([]device.Device, *Array, int64, error) {
-						var count atomic.Int64
-						inj := &faultdev.Toggle{Injector: faultdev.InjectorFunc(func(faultdev.Op) error {
-							n := count.Add(1)
-							if failAt >= 0 && (n == failAt+1 || crash && n > failAt) {
-								return faultdev.ErrInjected
+			for _, grow := range []bool{false, true} {
+				old := randBytes(rng, size)
+				off, data := int64(size/2), randBytes(rng, size/3)
+				if grow {
+					off = int64(size - 100)
+				}
+				want := modelEdit(old, off, data)
+				for _, crash := range []bool{false, true} {
+					t.Run(fmt.Sprintf("%s-%d-grow=%v-crash=%v", m, size, grow, crash), func(t *testing.T) {
+						// run stores old, then writes the range with operation
+						// failAt (< 0: none) failing, and returns the devices,
+						// the array and how many operations the write made.
+						run := func(failAt int64) ([]device.Device, *Array, int64, error) {
+							var count atomic.Int64
+							inj := &faultdev.Toggle{Injector: faultdev.InjectorFunc(func(faultdev.Op) error {
+								n := count.Add(1)
+								if failAt >= 0 && (n == failAt+1 || crash && n > failAt) {
+									return faultdev.ErrInjected
+								}
+								return nil
+							})}
+							var raw, wrapped []device.Device
+							for i := range 6 {
+								d := mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)), mem.WithLimits(rangeLimits))
+								raw = append(raw, d)
+								wrapped = append(wrapped, faultdev.Wrap(d, inj))
 							}
-							return nil
-						})}
-						var raw, wrapped []device.Device
-						for i := range 6 {
-							d := mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)), mem.WithLimits(rangeLimits))
-							raw = append(raw, d)
-							wrapped = append(wrapped, faultdev.Wrap(d, inj))
+							a, err := Create(ctx, wrapped, everyMechanism())
+							if err != nil {
+								t.Fatal(err)
+							}
+							if err := a.Store(ctx, []byte("key"), old, Using(m)); err != nil {
+								t.Fatal(err)
+							}
+							inj.On()
+							_, err = a.StoreRange(ctx, []byte("key"), off, data, Using(m))
+							return raw, a, count.Load(), err
 						}
-						a, err := Create(ctx, wrapped, everyMechanism())
+						_, a, total, err := run(-1)
 						if err != nil {
-							t.Fatal(err)
+							t.Fatalf("store range without faults: %v", err)
 						}
-						if err := a.Store(ctx, []byte("key"), old, Using(m)); err != nil {
-							t.Fatal(err)
-						}
-						inj.On()
-						_, err = a.StoreRange(ctx, []byte("key"), off, data, Using(m))
-						return raw, a, count.Load(), err
-					}
-					_, a, total, err := run(-1)
-					if err != nil {
-						t.Fatalf("store range without faults: %v", err)
-					}
-					_ = a.Close()
-					for i := int64(0); i < total; i++ {
-						devs, a, _, err := run(i)
-						if crash {
-							// The crashed process is gone; its array is not closed.
-							if a, err = Open(ctx, devs, everyMechanism()); err != nil {
-								t.Fatalf("crash at op %d: reopen: %v", i, err)
-							}
-						}
-						acked := err == nil && !crash
-						check := func(when string) {
-							// A range read first (a whole read may repair):
-							// it must see the value a whole read sees.
-							part, perr := a.RetrieveRange(ctx, []byte("key"), off, int64(len(data)))
-							got, rerr := a.Retrieve(ctx, []byte("key"))
-							if perr == nil && rerr == nil && !bytes.Equal(part, modelRange(got, off, int64(len(data)))) {
-								t.Fatalf("op %d of %d failed (write: %v), %s: a range read saw the %s value, a whole read then the %s",
-									i, total, err, when, map[bool]string{true: "new", false: "old"}[bytes.Equal(part, data)],
-									map[bool]string{true: "new", false: "old"}[bytes.Equal(got, want)])
-							}
-							isOld, isNew := bytes.Equal(got, old), bytes.Equal(got, want)
-							if rerr != nil || !isOld && !isNew || acked && !isNew {
-								t.Fatalf("op %d of %d failed (write: %v), %s: %d bytes (old %v, new %v), %v",
-									i, total, err, when, len(got), isOld, isNew, rerr)
-							}
-						}
-						if m != "hashing" {
-							// Hashing's one copy waits for its device.
-							check("after the write")
-						}
-						for d := range 6 {
-							if a.DeviceState(d) == mechanism.Failed {
-								if _, err := a.Resync(ctx, d); err != nil {
-									t.Fatalf("op %d: resync device %d: %v", i, d, err)
+						_ = a.Close()
+						for i := int64(0); i < total; i++ {
+							devs, a, _, err := run(i)
+							if crash {
+								// The crashed process is gone; its array is not closed.
+								if a, err = Open(ctx, devs, everyMechanism()); err != nil {
+									t.Fatalf("crash at op %d: reopen: %v", i, err)
 								}
 							}
+							acked := err == nil && !crash
+							check := func(when string) {
+								// A range read first (a whole read may repair):
+								// it must see the value a whole read sees.
+								part, perr := a.RetrieveRange(ctx, []byte("key"), off, int64(len(data)))
+								got, rerr := a.Retrieve(ctx, []byte("key"))
+								if perr == nil && rerr == nil && !bytes.Equal(part, modelRange(got, off, int64(len(data)))) {
+									t.Fatalf("op %d of %d failed (write: %v), %s: a range read saw the %s value, a whole read then the %s",
+										i, total, err, when, map[bool]string{true: "new", false: "old"}[bytes.Equal(part, data)],
+										map[bool]string{true: "new", false: "old"}[bytes.Equal(got, want)])
+								}
+								isOld, isNew := bytes.Equal(got, old), bytes.Equal(got, want)
+								if rerr != nil || !isOld && !isNew || acked && !isNew {
+									t.Fatalf("op %d of %d failed (write: %v), %s: %d bytes (old %v, new %v), %v",
+										i, total, err, when, len(got), isOld, isNew, rerr)
+								}
+							}
+							if m != "hashing" {
+								// Hashing's one copy waits for its device.
+								check("after the write")
+							}
+							for d := range 6 {
+								if a.DeviceState(d) == mechanism.Failed {
+									if _, err := a.Resync(ctx, d); err != nil {
+										t.Fatalf("op %d: resync device %d: %v", i, d, err)
+									}
+								}
+							}
+							check("devices back")
+							if _, err := a.Repair(ctx, []byte("key")); err != nil {
+								t.Fatalf("op %d: repair: %v", i, err)
+							}
+							check("repaired")
+							if m != "packing" {
+								// Nothing left of the other value once scrubbed
+								// (a repair's walk over splits past the end
+								// stops at the first it finds none of): the
+								// devices hold what a store of this one alone
+								// leaves (a Packing set keeps its parities
+								// past a release).
+								if _, err := a.Scrub(ctx, true); err != nil {
+									t.Fatalf("op %d: scrub: %v", i, err)
+								}
+								got, _ := a.Retrieve(ctx, []byte("key"))
+								fresh := newRigLimits(t, 6, rangeLimits, everyMechanism())
+								fresh.mustStore("key", got, Using(m))
+								for d := range 6 {
+									have, _ := devs[d].Info(ctx)
+									want, _ := fresh.mems[d].Info(ctx)
+									if have.Keys != want.Keys || have.Used != want.Used {
+										t.Fatalf("op %d: scrubbed, device %d holds %d keys, %d bytes; a fresh store of the value %d keys, %d bytes",
+											i, d, have.Keys, have.Used, want.Keys, want.Used)
+									}
+								}
+							}
+							_ = a.Close()
 						}
-						check("devices back")
-						if _, err := a.Repair(ctx, []byte("key")); err != nil {
-							t.Fatalf("op %d: repair: %v", i, err)
-						}
-						check("repaired")
-						_ = a.Close()
-					}
-				})
+					})
+				}
 			}
 		}
 	}

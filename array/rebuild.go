@@ -609,13 +609,19 @@ func (a *Array) onDevice(user []byte, split int, h *format.Header, dev int) bool
 	}
 	n := a.env.N()
 	s := a.logical(split)
-	if s >= int(max(h.Splits, 1)) || a.splitKey(user, s, h.Version).Split != split {
+	splits := a.splitsOf(h)
+	if s > 0 && h.Splits == 1 && a.banked {
+		// A manifest's data split, written as a value of its own: its
+		// value has splits 0..s at least.
+		splits = s + 1
+	}
+	if s >= splits || a.splitKey(user, s, h.Version).Split != split {
 		return false
 	}
 	// Unweighted, the spans of splits n.. repeat those of splits 0..n-1;
 	// weighted, the splits' points need not come round so soon.
 	weighted := a.env.Placement().Weighted()
-	for first := 0; first < int(max(h.Splits, 1)) && (first < n || weighted); first++ {
+	for first := 0; first < splits && (first < n || weighted); first++ {
 		if a.offset(user, first, dev) < m.Width() {
 			return first == s
 		}
@@ -976,26 +982,26 @@ func (a *Array) restoreKey(ctx context.Context, key []byte, dev int) (int, int64
 	if err != nil {
 		return 0, 0, err
 	}
-	h := *l.header()
+	y, err := a.layoutOf(ctx, key, l)
+	if err != nil {
+		return 0, 0, err
+	}
 	_, keyed := l.m.(rebuildKeyedMechanism)
-	counts := make([]int, h.Splits)
-	err = a.forSplits(ctx, int(h.Splits), func(s int) error {
-		k := a.splitKey(key, s, h.Version)
+	counts := make([]int, y.splits)
+	err = a.forSplits(ctx, y.splits, func(s int) error {
+		k := a.keyIn(key, y, s)
 		if !keyed && a.env.Offset(k, dev) >= l.m.Width() {
 			return nil // its pieces are all on other devices
 		}
-		if s > 0 {
-			k.Want = h.Version
-		}
 		var err error
-		counts[s], err = l.m.Repair(ctx, k, &h)
+		counts[s], err = l.m.Repair(ctx, k, y.hint(s))
 		return err
 	})
 	total := 0
 	for _, c := range counts {
 		total += c
 	}
-	return total, int64(h.ObjectLen), err
+	return total, y.length, err
 }
 
 // scanCurrent reports whether the pieces of k the scan read (it.scan) are

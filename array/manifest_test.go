@@ -1,0 +1,127 @@
+package array
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/mechanism"
+)
+
+// storeFlat writes value under key in the flat layout, as stores did
+// before manifests: splits 1.. in the bank of the version, then split 0
+// holding the first bytes, every split carrying split 0's version,
+// length and split count. Over nothing: the key must not exist.
+func storeFlat(t *testing.T, a *Array, key string, value []byte, mech string) {
+	t.Helper()
+	m := a.byName[mech]
+	sc := m.SplitCap()
+	n := splitsFor(m, len(value))
+	if n < 2 {
+		t.Fatalf("%d bytes are one split of %s", len(value), mech)
+	}
+	obj := mechanism.Object{Splits: uint32(n), ObjectLen: uint64(len(value)), Version: a.env.Clock().Next()}
+	for _, s := range append(seq(1, n), 0) {
+		k := a.splitKey([]byte(key), s, obj.Version)
+		if err := m.Store(ctx, k, obj, value[s*sc:min((s+1)*sc, len(value))], nil); err != nil {
+			t.Fatalf("store split %d flat: %v", s, err)
+		}
+	}
+	a.meta.forget([]byte(key))
+}
+
+// seq returns lo, lo+1, ..., hi-1.
+func seq(lo, hi int) []int {
+	var out []int
+	for i := lo; i < hi; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// split0 returns key's split 0 header as its primary holds it.
+func split0(t *testing.T, r *rig, key string) format.Header {
+	t.Helper()
+	k := r.a.key([]byte(key), 0)
+	v, err := r.piece(k.Primary, key, 0)
+	if err != nil {
+		t.Fatalf("split 0 of %q: %v", key, err)
+	}
+	return v.Header
+}
+
+// TestFlatLayoutValues: huge values written before manifests (the flat
+// layout) are read whole and by range, survive the loss and rebuild of a
+// device, are converted by their first range write, replaced by a store
+// and deleted without leaving a piece behind.
+func TestFlatLayoutValues(t *testing.T) {
+	for _, mech := range []string{"splitting", "replication", "hashing", "packing"} {
+		t.Run(mech, func(t *testing.T) {
+			r := newRigLimits(t, 6, rangeLimits, everyMechanism())
+			rng := newRand(t)
+			sc := r.a.byName[mech].SplitCap()
+			v := randBytes(rng, 3*sc+500)
+			storeFlat(t, r.a, "flat", v, mech)
+			if h := split0(t, r, "flat"); r.a.isManifest(&h) || h.Splits != 4 {
+				t.Fatalf("split 0 of the flat value: %d splits", h.Splits)
+			}
+			r.mustRead("flat", v)
+			if got, err := r.a.RetrieveRange(ctx, []byte("flat"), int64(sc-10), 20); err != nil || !bytes.Equal(got, v[sc-10:sc+10]) {
+				t.Fatalf("range read across splits 0 and 1: %v", err)
+			}
+			if n, err := r.a.Len(ctx, []byte("flat")); err != nil || n != int64(len(v)) {
+				t.Fatalf("len %d, %v", n, err)
+			}
+			if mech != "hashing" {
+				// One copy: Hashing keeps no redundancy to rebuild from.
+				r.mems[2].Fail()
+				r.mustRead("flat", v)
+				r.replace(2)
+				for d, err := range r.heal() {
+					if err != nil {
+						t.Fatalf("heal device %d: %v", d, err)
+					}
+				}
+				r.mustRead("flat", v)
+			}
+			// The first range write converts it to the manifest layout.
+			data := randBytes(rng, 100)
+			if _, err := r.a.StoreRange(ctx, []byte("flat"), int64(2*sc), data, Using(mech)); err != nil {
+				t.Fatalf("range write: %v", err)
+			}
+			copy(v[2*sc:], data)
+			r.mustRead("flat", v)
+			if h := split0(t, r, "flat"); !r.a.isManifest(&h) || r.a.splitsOf(&h) != 5 {
+				t.Fatalf("split 0 after a range write: %d splits, want the manifest of 4 data splits", h.Splits)
+			}
+			// A store replaces a flat value; a delete removes one.
+			storeFlat(t, r.a, "other", v, mech)
+			w := randBytes(rng, 2*sc+7)
+			r.mustStore("other", w, Using(mech))
+			r.mustRead("other", w)
+			storeFlat(t, r.a, "gone", v, mech)
+			if err := r.a.Delete(ctx, []byte("gone")); err != nil {
+				t.Fatalf("delete: %v", err)
+			}
+			if _, err := r.a.Retrieve(ctx, []byte("gone")); err == nil {
+				t.Fatal("deleted value still reads")
+			}
+			if mech == "packing" {
+				return // its sets keep their parities (and slots) past a release
+			}
+			if _, err := r.a.Scrub(ctx, true); err != nil {
+				t.Fatalf("scrub: %v", err)
+			}
+			fresh := newRigLimits(t, 6, rangeLimits, everyMechanism())
+			fresh.mustStore("flat", v, Using(mech))
+			fresh.mustStore("other", w, Using(mech))
+			for i := range r.mems {
+				got, _ := r.mems[i].Info(ctx)
+				want, _ := fresh.mems[i].Info(ctx)
+				if got.Keys != want.Keys || got.Used != want.Used {
+					t.Errorf("device %d holds %d keys, %d bytes; fresh stores of the values %d keys, %d bytes", i, got.Keys, got.Used, want.Keys, want.Used)
+				}
+			}
+		})
+	}
+}
