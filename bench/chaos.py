@@ -40,6 +40,8 @@ ap.add_argument("--kills", type=int, default=6)
 ap.add_argument("--seed", type=int, default=None)
 ap.add_argument("--port", type=int, default=None)
 ap.add_argument("--stop", action="store_true", help="stop at the first bad read, leaving the devices as they are")
+ap.add_argument("--record-bytes", type=int, default=0,
+                help="append records of about this many bytes (default: 8 to 400), e.g. 1000000 to grow the logs past a split")
 args = ap.parse_args()
 seed = args.seed if args.seed is not None else random.randrange(1 << 30)
 random.seed(seed)
@@ -70,6 +72,8 @@ def parse(key, v):
     return seq
 
 def rec(i):
+    if args.record_bytes:
+        return f"{i:07d}|".encode() * (args.record_bytes // 8 + i % 50)
     return f"{i:07d}|".encode() * (1 + i % 50)
 
 proc = None
@@ -171,8 +175,10 @@ def check(what):
             n += 1
             print(f"  BAD {what}: {k} reads write {got}; acknowledged {acked}, in flight {sorted(flying)}")
         state[k] = (got, set())
+    longest = 0
     for k, (acked, flying) in sorted(appends.items()):
         v = r.get(k) or b""
+        longest = max(longest, len(v))
         i = pos = 0
         while pos < len(v) and v[pos:pos + len(rec(i))] == rec(i):
             pos += len(rec(i))
@@ -182,7 +188,7 @@ def check(what):
             print(f"  BAD {what}: {k}: {i} whole records in {len(v)} bytes ({pos} good); acknowledged {acked}, in flight {flying}")
         appends[k] = (i, None)
     bad += n
-    print(f"{what}: {len(state) + len(appends)} keys checked, {n} bad", flush=True)
+    print(f"{what}: {len(state) + len(appends)} keys checked, {n} bad (append logs up to {longest} bytes)", flush=True)
     if n and args.stop:
         kill()
         print(f"chaos: stopped at the first bad read (seed {seed}); the devices are in {W}")
