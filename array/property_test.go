@@ -359,9 +359,43 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 			}
 		}
 		switch op := rng.IntN(100); {
-		case op < 36: // store or update
+		case op < 31: // store or update
 			v, rm, opts := pickStore()
 			stored(key, v, rm, r.a.Store(ctx, []byte(key), v, opts...))
+		case op < 36: // a range write (SETRANGE): it reads what it edits
+			mk := m.keys[key]
+			if mk != nil && mk.lost {
+				break // what it would edit is unknown
+			}
+			off, data := rng.Int64N(int64(len(randValue()))+1), randBytes(rng, 1+rng.IntN(3000))
+			_, err := r.a.StoreRange(ctx, []byte(key), off, data)
+			logf(key, "step %d: range write of %d bytes at %d (impaired %v): %v", step, len(data), off, m.impaired, err)
+			noteFailed()
+			before := []([]byte){nil}
+			if mk != nil {
+				before = mk.vals
+			}
+			edited := &modelKey{}
+			for _, v := range before {
+				e := modelEdit(v, off, data)
+				edited.vals, edited.rms, edited.rm = append(edited.vals, e), append(edited.rms, r.a.Mechanism(len(e))), r.a.Mechanism(len(e))
+			}
+			// It fails where a read of the key may (absence cannot be
+			// proven past an impaired primary) or a store of the result.
+			readMayFail := len(m.impaired) > 0 && (mk == nil || slices.ContainsFunc(mk.vals, func(v []byte) bool { return v == nil })) ||
+				mk != nil && (len(mk.vals) > 1 || atRisk(key, mk, -1))
+			if err != nil && !atRisk(key, edited, -1) && !readMayFail {
+				m.dump(key)
+				t.Fatalf("step %d: range write of %q failed within tolerance (impaired %v): %v", step, key, m.impaired, err)
+			}
+			switch {
+			case err == nil:
+				m.keys[key] = edited
+			case mk == nil:
+				m.keys[key] = &modelKey{vals: append([][]byte{nil}, edited.vals...), rms: append([]string{""}, edited.rms...), rm: edited.rm}
+			default:
+				mk.vals, mk.rms, mk.rm = append(mk.vals, edited.vals...), append(mk.rms, edited.rms...), edited.rm
+			}
 		case op < 39: // a burst of asynchronous stores to different keys
 			burst := map[string]*Future{}
 			vals := map[string][]byte{}
