@@ -272,6 +272,15 @@ func TestRangeWriteRewritesItsSplits(t *testing.T) {
 					t.Errorf("device %d holds %d keys, %d bytes; a fresh store of the value %d keys, %d bytes", i, got.Keys, got.Used, want.Keys, want.Used)
 				}
 			}
+			// A delete leaves nothing of it: every split, in either bank.
+			if err := r.a.Delete(ctx, []byte("huge")); err != nil {
+				t.Fatal(err)
+			}
+			for i := range r.mems {
+				if info, _ := r.mems[i].Info(ctx); info.Keys != 1 {
+					t.Errorf("device %d holds %d keys after the delete, want its array header alone", i, info.Keys)
+				}
+			}
 		})
 	}
 }
