@@ -158,7 +158,8 @@ func (y *layout) hint(s int) *format.Header {
 	return &h
 }
 
-// key is split s's key, at its version, wanting that version past split 0.
+// keyIn is split s's key, at its version in y, wanting that version past
+// split 0.
 func (a *Array) keyIn(user []byte, y *layout, s int) mechanism.Key {
 	k := a.splitKey(user, s, y.version(s))
 	if s > 0 {

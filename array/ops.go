@@ -560,7 +560,8 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 	for !a.versionFits(obj.Version, m, prev) {
 		obj.Version = a.env.Clock().Next()
 	}
-	y := &layout{splits: internal, size: int64(m.SplitCap()), length: int64(len(value)), manifest: manifest, versions: dataVersions}
+	y := &layout{h0: format.Header{Version: obj.Version}, splits: internal, size: int64(m.SplitCap()), length: int64(len(value)),
+		manifest: manifest, versions: dataVersions}
 	if manifest {
 		obj.Splits += manifestBit
 	}

@@ -341,9 +341,10 @@ func (a *Array) StoreRange(ctx context.Context, key []byte, off int64, data []by
 // StoreRanges applies the edits, in order, to key's value as one store
 // under the key's lock, and returns the value's new length. Edits of no
 // bytes change nothing: when every edit is empty nothing is written (and a
-// key that does not exist is not created). The value is read, edited and
-// stored whole (Store's path and crash safety: a failure or crash leaves
-// the old value or the new one, never a mix).
+// key that does not exist is not created). A huge value rewrites only
+// the splits the edits touch (editSplits); any other is read, edited and
+// stored whole, by Store's path. Either way a failure or crash leaves the
+// old value or the new one, never a mix.
 func (a *Array) StoreRanges(ctx context.Context, key []byte, edits []Edit, opts ...CallOption) (int64, error) {
 	if err := a.checkUserKey(key); err != nil {
 		return 0, fmt.Errorf("store range %s: %w", shown(key), err)
