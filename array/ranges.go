@@ -302,6 +302,11 @@ func (a *Array) readParts(ctx context.Context, key []byte, s int, l *located, y 
 		lo, hi := y.span(s)
 		hint := *y.hint(s)
 		hint.SplitLen = uint32(hi - lo)
+		if y.manifest && s > 0 {
+			// A data split the manifest names was stored whole before
+			// split 0 named it.
+			ctx = mechanism.WithCommitted(ctx)
+		}
 		for _, p := range parts {
 			b, h, err := rr.RetrieveRange(ctx, k, &hint, have, p.lo, p.hi)
 			if err != nil {

@@ -277,6 +277,24 @@ func Settling(ctx context.Context) bool {
 	return ok
 }
 
+type committedKey struct{}
+
+// WithCommitted returns a context for reads of a split whose wanted write
+// (Key.Want) is known to have completed: a store of it succeeded before
+// the caller's commit point named it (a manifest's data split). A range
+// read then need not count that the write is whole (at least k shards in
+// place, which reads the headers of the shards it does not read): no write
+// cut short can carry that version.
+func WithCommitted(ctx context.Context) context.Context {
+	return context.WithValue(ctx, committedKey{}, true)
+}
+
+// Committed reports whether ctx is under WithCommitted.
+func Committed(ctx context.Context) bool {
+	ok, _ := ctx.Value(committedKey{}).(bool)
+	return ok
+}
+
 // DryRun counts the writes that operations under its context would have
 // made, without making them: a scrub without repair runs the repairs
 // under a DryRun to count what they would fix.

@@ -913,7 +913,8 @@ func allNotFound(pieces []mechanism.Piece) bool {
 // of its shards on their devices, which the headers of the shards not read
 // say (partial reads of their first bytes), so that a range read returns
 // the write a whole read would, never one that a store cut short left on
-// fewer than k devices. A covering shard that is missing, corrupt, stale
+// fewer than k devices; unless the caller knows the write completed
+// (mechanism.WithCommitted). A covering shard that is missing, corrupt, stale
 // or of another write is never sliced from, nor a write that is not
 // whole: the split is then read as Retrieve reads it (every shard, the
 // newest write with k good ones decoded, bad shards rewritten) and the
@@ -925,8 +926,9 @@ func (m *splitting) RetrieveRange(ctx context.Context, k mechanism.Key, hint *fo
 			return []byte{}, g.bare(), nil
 		}
 		first, last := lo/g.shardSize, (hi-1)/g.shardSize
+		whole := func() bool { return mechanism.Committed(ctx) || m.whole(ctx, k, &g, first, last, have) }
 		if g.blocks {
-			if out, ok := m.readBlocks(ctx, k, &g, lo, hi); ok && m.whole(ctx, k, &g, first, last, have) {
+			if out, ok := m.readBlocks(ctx, k, &g, lo, hi); ok && whole() {
 				return out, g.bare(), nil
 			}
 		}
@@ -940,7 +942,7 @@ func (m *splitting) RetrieveRange(ctx context.Context, k mechanism.Key, hint *fo
 				break
 			}
 		}
-		if good && m.whole(ctx, k, &g, first, last, have) {
+		if good && whole() {
 			out := make([]byte, 0, hi-lo)
 			for j := range pieces {
 				base := (first + j) * g.shardSize
