@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/device/mem"
 	"github.com/kvarray/kvarray/format"
 	"github.com/kvarray/kvarray/mechanism"
 )
@@ -36,6 +38,36 @@ func seq(lo, hi int) []int {
 	var out []int
 	for i := lo; i < hi; i++ {
 		out = append(out, i)
+	}
+	return out
+}
+
+// asFresh returns, for each of devs that holds other keys or bytes than a
+// fresh array's device after stores of the given values (key, value) with
+// mech, what it holds and what it would: nothing left behind, nothing
+// missing.
+func asFresh(t *testing.T, devs []device.Device, mech string, kv ...[]byte) []string {
+	t.Helper()
+	fresh := newRigLimits(t, len(devs), rangeLimits, everyMechanism())
+	for i := 0; i+1 < len(kv); i += 2 {
+		fresh.mustStore(string(kv[i]), kv[i+1], Using(mech))
+	}
+	var out []string
+	for i, d := range devs {
+		got, _ := d.Info(ctx)
+		want, _ := fresh.mems[i].Info(ctx)
+		if got.Keys != want.Keys || got.Used != want.Used {
+			out = append(out, fmt.Sprintf("device %d holds %d keys, %d bytes; fresh stores of the values %d keys, %d bytes", i, got.Keys, got.Used, want.Keys, want.Used))
+		}
+	}
+	return out
+}
+
+// memDevices returns mems as devices.
+func memDevices(mems []*mem.Device) []device.Device {
+	out := make([]device.Device, len(mems))
+	for i, m := range mems {
+		out[i] = m
 	}
 	return out
 }
@@ -113,15 +145,8 @@ func TestFlatLayoutValues(t *testing.T) {
 			if _, err := r.a.Scrub(ctx, true); err != nil {
 				t.Fatalf("scrub: %v", err)
 			}
-			fresh := newRigLimits(t, 6, rangeLimits, everyMechanism())
-			fresh.mustStore("flat", v, Using(mech))
-			fresh.mustStore("other", w, Using(mech))
-			for i := range r.mems {
-				got, _ := r.mems[i].Info(ctx)
-				want, _ := fresh.mems[i].Info(ctx)
-				if got.Keys != want.Keys || got.Used != want.Used {
-					t.Errorf("device %d holds %d keys, %d bytes; fresh stores of the values %d keys, %d bytes", i, got.Keys, got.Used, want.Keys, want.Used)
-				}
+			for _, diff := range asFresh(t, memDevices(r.mems), mech, []byte("flat"), v, []byte("other"), w) {
+				t.Error(diff)
 			}
 		})
 	}

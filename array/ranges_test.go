@@ -265,14 +265,8 @@ func TestRangeWriteRewritesItsSplits(t *testing.T) {
 			if m == "packing" {
 				return // its sets keep their parities (and slots) past a release
 			}
-			fresh := newRigLimits(t, 6, rangeLimits, everyMechanism())
-			fresh.mustStore("huge", model, Using(m))
-			for i := range r.mems {
-				got, _ := r.mems[i].Info(ctx)
-				want, _ := fresh.mems[i].Info(ctx)
-				if got.Keys != want.Keys || got.Used != want.Used {
-					t.Errorf("device %d holds %d keys, %d bytes; a fresh store of the value %d keys, %d bytes", i, got.Keys, got.Used, want.Keys, want.Used)
-				}
+			for _, diff := range asFresh(t, memDevices(r.mems), m, []byte("huge"), model) {
+				t.Error(diff)
 			}
 			// A delete leaves nothing of it: every split, in either bank.
 			if err := r.a.Delete(ctx, []byte("huge")); err != nil {
@@ -448,15 +442,8 @@ func TestStoreRangeFaultAtEveryOperation(t *testing.T) {
 									t.Fatalf("op %d: scrub: %v", i, err)
 								}
 								got, _ := a.Retrieve(ctx, []byte("key"))
-								fresh := newRigLimits(t, 6, rangeLimits, everyMechanism())
-								fresh.mustStore("key", got, Using(m))
-								for d := range 6 {
-									have, _ := devs[d].Info(ctx)
-									want, _ := fresh.mems[d].Info(ctx)
-									if have.Keys != want.Keys || have.Used != want.Used {
-										t.Fatalf("op %d: scrubbed, device %d holds %d keys, %d bytes; a fresh store of the value %d keys, %d bytes",
-											i, d, have.Keys, have.Used, want.Keys, want.Used)
-									}
+								if diffs := asFresh(t, devs, m, []byte("key"), got); len(diffs) > 0 {
+									t.Fatalf("op %d: scrubbed, %s", i, diffs[0])
 								}
 							}
 							_ = a.Close()

@@ -20,20 +20,7 @@ rpid=""
 trap 'kill $kpid $rpid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 source "$root/bench/lib.sh"
 bin=$(kvarray_bin "$work")
-kport=$((20000 + RANDOM % 20000))
-rport=$((kport + 1))
-mkdir -p "$work/kv" "$work/redis"
-(cd "$work/kv" && exec "$bin" serve --listen 127.0.0.1:$kport >serve.log 2>&1) &
-kpid=$!
-redis-server --port $rport --bind 127.0.0.1 --dir "$work/redis" --appendonly yes --appendfsync always \
-  --save '' >"$work/redis/log" 2>&1 &
-rpid=$!
-for p in $kport $rport; do
-  for _ in $(seq 1 150); do
-    redis-cli -p $p ping 2>/dev/null | grep -q PONG && break
-    sleep 0.2
-  done
-done
+start_pair "$work" "$bin"
 python3 - "$kport" "$rport" "$mib" <<'PY'
 import hashlib, random, statistics, sys, time
 import redis
