@@ -107,9 +107,9 @@ func (p *crashPlan) mayFail(out outcomes, o crashOp, err error) bool {
 }
 
 // TestAnswerLostAtEveryOperation covers every device operation of a
-// 100-operation workload (60 under -race; KVARRAY_ANSWER_OPS to change it).
+// 100-operation workload (30 under -race; KVARRAY_ANSWER_OPS to change it).
 func TestAnswerLostAtEveryOperation(t *testing.T) {
-	everyConfig(t, workloadOps(t, "KVARRAY_ANSWER_OPS", 100, 60), "answers lost", (*crashPlan).everyAnswerLost)
+	everyConfig(t, workloadOps(t, "KVARRAY_ANSWER_OPS", 100, 30), "answers lost", (*crashPlan).everyAnswerLost)
 }
 
 // workloadOps returns how many workload operations a fault test runs:

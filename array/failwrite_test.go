@@ -89,7 +89,7 @@ func (p *crashPlan) everyFailedWrite(t *testing.T) (points int, fails []crashFai
 }
 
 // TestFailedWriteAtEveryOperation covers every device operation of a
-// 100-operation workload (30 under -race; KVARRAY_FAIL_OPS to change it).
+// 100-operation workload (20 under -race; KVARRAY_FAIL_OPS to change it).
 func TestFailedWriteAtEveryOperation(t *testing.T) {
-	everyConfig(t, workloadOps(t, "KVARRAY_FAIL_OPS", 100, 30), "writes failed", (*crashPlan).everyFailedWrite)
+	everyConfig(t, workloadOps(t, "KVARRAY_FAIL_OPS", 100, 20), "writes failed", (*crashPlan).everyFailedWrite)
 }

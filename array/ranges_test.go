@@ -393,7 +393,9 @@ func TestStoreRangeFaultAtEveryOperation(t *testing.T) {
 						for i := int64(0); i < total; i++ {
 							devs, a, _, err := run(i)
 							if crash {
-								// The crashed process is gone; its array is not closed.
+								// The crashed process is gone; its array is not
+								// closed, but its background work stops with it.
+								a.haltOnce.Do(a.halt)
 								if a, err = Open(ctx, devs, everyMechanism()); err != nil {
 									t.Fatalf("crash at op %d: reopen: %v", i, err)
 								}
