@@ -223,7 +223,9 @@ type Deferred interface {
 	// until then (a bulk load). Writes are durable in the order they were
 	// applied: a crash never keeps a later write and loses an earlier
 	// one; a write of the ordinary path (Store, Delete, Batch) after a
-	// deferred one of the same key wins.
+	// deferred one of the same key wins. Concurrent calls need no
+	// batching by their callers: the device gathers them (a Pebble
+	// device collects stores for a bulk load, with no commit per call).
 	BatchDeferred(ctx context.Context, ops []Op) error
 	// Sync makes every write applied before it durable.
 	Sync(ctx context.Context) error

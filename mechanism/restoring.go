@@ -28,7 +28,8 @@ type restoring struct {
 //     share device batches: while one batch is being written, the ones
 //     that arrive wait and go together in the next (one commit for many
 //     restored pieces). Each call still returns only once its own
-//     operations are applied.
+//     operations are applied. A device.Deferred gathers them itself:
+//     its deferred batches go to it at once.
 //   - on a device.Deferred, those batches are not synced: a restored
 //     piece is durable only once the rebuild syncs the device (Rebuild
 //     does before each checkpoint and before it marks the device healthy:
@@ -100,8 +101,15 @@ type combined struct {
 // do runs ops on d, in one batch with whatever other calls are waiting,
 // and returns once they are done, with the batch's error. The batch is
 // deferred (device.Deferred) unless d cannot defer or a call in it asked
-// for sync.
+// for sync; a deferred one is d's alone to gather.
 func (c *combiner) do(ctx context.Context, d device.Device, ops []device.Op, sync bool) error {
+	if dd, ok := d.(device.Deferred); ok && !sync {
+		// The device gathers concurrent deferred calls itself
+		// (device.Deferred): a leader batching them here made every
+		// other worker wait on it (a Pebble rebuild of 4 KiB pieces:
+		// 295 -> 370 MB/s without it).
+		return dd.BatchDeferred(ctx, ops)
+	}
 	me := &combined{ops: ops, sync: sync, done: make(chan struct{})}
 	c.mu.Lock()
 	c.waiting = append(c.waiting, me)

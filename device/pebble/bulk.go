@@ -3,7 +3,6 @@ package pebble
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -20,9 +19,8 @@ import (
 // Bulk loading. The stores of BatchDeferred (a rebuild's restored pieces,
 // see device.Deferred) are not committed through the WAL and the
 // memtable: they are collected in memory and, at Sync or once bulkMax
-// bytes are collected (then on a goroutine of its own: ingestLater),
-// written in key order into sorted tables that are ingested
-// (pebble.DB.Ingest): no WAL record, no memtable, no flush,
+// bytes are collected, written in key order into one sorted table that
+// is ingested (pebble.DB.Ingest): no WAL record, no memtable, no flush,
 // and, for tables that overlap nothing (a rebuild's pieces arrive about
 // in key order), no compaction either: Pebble puts them in the last
 // level. Ingest syncs the table and the manifest: what it returns is
@@ -48,10 +46,6 @@ type bulkLoad struct {
 	seq  int // names the table files
 	// last is the greatest key ingested (under gate).
 	last string
-	// ingesting: a background ingest runs (see ingestLater); err is the
-	// failure of one that has not been reported yet (under mu).
-	ingesting atomic.Bool
-	err       error
 }
 
 // bulkMax bounds the bytes collected before they are ingested.
@@ -77,37 +71,6 @@ func bulkCut(keys []string, kv map[string][]byte, last string) int {
 		size += len(k) + len(kv[k])
 	}
 	return len(keys)
-}
-
-// ingestLater ingests what was collected on a goroutine of its own, so
-// that the caller (a rebuild's batch, which its other workers queue
-// behind) goes on collecting while the tables are written and synced: a
-// rebuild ran 16 workers waiting on the one that ingested for about a
-// third of their time. One ingest runs at a time: when one already
-// runs, the caller ingests itself (after it, as the gate orders them),
-// which bounds the collection to about twice bulkMax. An ingest taking
-// each collection whole under the gate, in turn, the order of the
-// stores is kept. A background failure is reported by the next
-// ingestBulk (Sync's), whose caller redoes the stores.
-func (d *Device) ingestLater(ctx context.Context) error {
-	l := &d.bulk
-	if !l.ingesting.CompareAndSwap(false, true) {
-		return d.ingestBulk(ctx)
-	}
-	if err := d.enter(ctx); err != nil { // Close waits for it
-		l.ingesting.Store(false)
-		return err
-	}
-	go func() {
-		defer d.exit()
-		defer l.ingesting.Store(false)
-		if err := d.ingest(context.WithoutCancel(ctx)); err != nil {
-			l.mu.Lock()
-			l.err = errors.Join(l.err, err)
-			l.mu.Unlock()
-		}
-	}()
-	return nil
 }
 
 // writeTable writes keys, sorted, with their values in kv, into a new
@@ -188,21 +151,10 @@ func (l *bulkLoad) writing(b *pdb.Batch) func() {
 	return l.gate.RUnlock
 }
 
-// ingestBulk writes the collected stores into sorted tables and ingests
-// them, after any ingest running in the background, and returns the
-// failure of any such ingest not reported yet. On failure the stores are
-// lost: they were deferred, the caller's Sync fails, and it redoes them.
+// ingestBulk writes the collected stores into a sorted table and ingests
+// it. On failure the stores are lost: they were deferred, the caller's
+// Sync fails, and it redoes them.
 func (d *Device) ingestBulk(ctx context.Context) error {
-	l := &d.bulk
-	err := d.ingest(ctx)
-	l.mu.Lock()
-	err, l.err = errors.Join(l.err, err), nil
-	l.mu.Unlock()
-	return err
-}
-
-// ingest is ingestBulk but for the background failures.
-func (d *Device) ingest(ctx context.Context) error {
 	l := &d.bulk
 	if !l.active.Load() {
 		return nil

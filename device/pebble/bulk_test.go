@@ -3,12 +3,9 @@ package pebble
 import (
 	"errors"
 	"fmt"
-	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/kvarray/kvarray/device"
 )
@@ -119,7 +116,7 @@ func TestBulkIngestRacesAStore(t *testing.T) {
 
 // deferStores has d collect n stores of 4 KiB values, gen in each value,
 // 100 to a BatchDeferred call (so that several collections fill and are
-// ingested in the background).
+// ingested on the way).
 func deferStores(t *testing.T, d *Device, n int, gen byte) error {
 	t.Helper()
 	for lo := 0; lo < n; lo += 100 {
@@ -141,10 +138,10 @@ func deferStores(t *testing.T, d *Device, n int, gen byte) error {
 	return nil
 }
 
-// TestBulkIngestsInOrder: collections that fill (bulkMax) are ingested in
-// the background, one after another. Invariant: a key collected twice
-// reads as its later store after Sync, whichever ingest (background or
-// Sync's) took each, and after a crash.
+// TestBulkIngestsInOrder: collections that fill (bulkMax) are ingested
+// one after another. Invariant: a key collected twice reads as its later
+// store after Sync, whichever ingest (a full collection's or Sync's) took
+// each, and after a crash.
 func TestBulkIngestsInOrder(t *testing.T) {
 	fs := vfs.NewCrashableMem()
 	dir := t.TempDir()
@@ -169,27 +166,4 @@ func TestBulkIngestsInOrder(t *testing.T) {
 	}
 	check(d, "after Sync")
 	check(mustOpen(t, dir, WithCreate(true), withFS(fs.CrashClone(vfs.CrashCloneCfg{}))), "after a crash")
-}
-
-// TestBulkIngestFailsInBackground: an ingest that fails in the background
-// (its table cannot be created, which also fails the device) is reported
-// by the next Sync. Invariant: Sync never succeeds while a store
-// collected before it was not ingested (the rebuild calling it would take
-// them as durable).
-func TestBulkIngestFailsInBackground(t *testing.T) {
-	ff := &faultFS{}
-	d := mustOpen(t, t.TempDir(), WithCreate(true), faulty(ff))
-	defer closeWithin(t, d)
-	ff.set(func(op errorfs.Op) error {
-		if strings.Contains(op.Path, bulkPrefix) && op.Kind == errorfs.OpCreate {
-			return syscall.EIO
-		}
-		return nil
-	})
-	// BatchDeferred may or may not see the failure (the ingest runs
-	// beside it); Sync must.
-	_ = deferStores(t, d, 2*bulkMax/4096, 1)
-	if err := d.Sync(t.Context()); err == nil {
-		t.Fatal("Sync succeeded after an ingest failed")
-	}
 }

@@ -940,7 +940,7 @@ func (d *Device) batch(ctx context.Context, ops []device.Op, sync bool) error {
 	}
 	d.batchReads(ctx, ops, reads, opErr)
 	if full {
-		if err := d.ingestLater(ctx); err != nil {
+		if err := d.ingestBulk(ctx); err != nil {
 			setAll(err)
 			return d.errorf("batch: %w", err)
 		}
