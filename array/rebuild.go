@@ -283,8 +283,10 @@ type restorerFrom interface {
 // read (RepairWith: the others are read), when no write of the key
 // reached i since the scan began (mechanism.Watch); otherwise from the
 // other devices, read again, never from i (mechanism.WithRestoring).
-// Writes to i share device batches and are deferred: synced before each
-// checkpoint and before i is marked healthy (see saveCheckpoint). Orphans
+// Writes to i are deferred where i can defer them (i gathers them: a
+// Pebble device bulk loads them; elsewhere they share batches), and
+// synced before each checkpoint and before i is marked healthy (see
+// saveCheckpoint). Orphans
 // (pieces of deleted values, leftover splits) are not looked for: that
 // is Scrub's job. Then come the keys the mechanisms know of by other
 // means (Packing's members of sets with a piece on i), and the keys i
