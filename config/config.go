@@ -79,7 +79,8 @@ type Config struct {
 	// ValueCacheMax bytes each, that the array keeps in memory (outside
 	// the Go heap) to answer reads without a device
 	// (array.WithValueCache); 0 keeps none, and a cache is at least
-	// array.MinValueCache. Default (absent): DefaultValueCache.
+	// array.MinValueCache. Default (absent): DefaultValueCache(), which
+	// depends on the machine's memory.
 	ValueCache *Size `yaml:"value_cache,omitempty"`
 	// AutoResync is how often a long-running process (kvarray serve)
 	// probes failed devices and resyncs those that answer again, and
@@ -172,7 +173,6 @@ const (
 	DefaultMaxValue       = Size(array.DefaultMaxValue)
 	DefaultDeviceMaxValue = Size(device.DefaultMaxValueLen)
 	DefaultCache          = Size(8 << 20)
-	DefaultValueCache     = Size(64 << 20)
 	// ValueCacheMax is the largest value the value cache keeps: small
 	// values are the ones a device read costs the most per byte.
 	ValueCacheMax      = Size(array.MaxValueCached)
@@ -321,7 +321,7 @@ func (c *Config) withDefaults() Config {
 		d.MaxValue = DefaultMaxValue
 	}
 	if d.ValueCache == nil {
-		vc := DefaultValueCache
+		vc := DefaultValueCache()
 		d.ValueCache = &vc
 	}
 	return d

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kvarray/kvarray/array"
 	"github.com/kvarray/kvarray/device/pebble"
 )
@@ -205,7 +207,7 @@ func TestDefaultYAML(t *testing.T) {
 		"splitting: {k: 4, r: 2}\n",
 		"device: {min_key: 4, max_key: 255, max_value: 2MiB, capacity: 0, cache: 8MiB}\n",
 		"max_value: 1GiB\n",
-		"value_cache: 64MiB\n",
+		"value_cache: " + DefaultValueCache().String() + "\n",
 	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("Default YAML lacks %q:\n%s", want, b)
@@ -590,5 +592,27 @@ func TestOpenRefusedWhileHeld(t *testing.T) {
 	st, err := b.Status(ctx)
 	if err != nil || slices.ContainsFunc(st.Devices, func(d array.DeviceStatus) bool { return d.State != "healthy" }) {
 		t.Fatalf("opened after the holder let go: %+v, %v; want every device healthy", st.Devices, err)
+	}
+}
+
+// TestDefaultValueCache: the default is a sixteenth of the memory, within
+// its bounds (so a small machine keeps a useful cache and a large one does
+// not give a cache its RAM).
+func TestDefaultValueCache(t *testing.T) {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		t.Skip(err)
+	}
+	total := Size(uint64(si.Totalram) * uint64(si.Unit))
+	got := DefaultValueCache()
+	if got < minDefaultValueCache || got > maxDefaultValueCache {
+		t.Fatalf("DefaultValueCache() = %v, outside [%v, %v]", got, minDefaultValueCache, maxDefaultValueCache)
+	}
+	if got != maxDefaultValueCache && got != minDefaultValueCache && got != total/16 {
+		t.Fatalf("DefaultValueCache() = %v on %v of memory, want a sixteenth", got, total)
+	}
+	c := &Config{}
+	if d := c.withDefaults(); d.ValueCache == nil || *d.ValueCache != got {
+		t.Fatalf("a config without value_cache gets %v, want %v", d.ValueCache, got)
 	}
 }

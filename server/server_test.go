@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/config"
 	"github.com/kvarray/kvarray/keyspace"
 )
 
@@ -802,7 +803,7 @@ func TestValueCacheInfo(t *testing.T) {
 		wantHits  bool
 		wantCache bool
 	}{
-		{memHybrid, 64 << 20, true, true},
+		{memHybrid, int64(config.DefaultValueCache()), true, true},
 		{memHybrid + "value_cache: 0\n", 0, false, false},
 	} {
 		ts := startServer(t, c.yaml)
