@@ -1,7 +1,6 @@
 package pebble
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -43,6 +42,10 @@ type bulkLoad struct {
 	mu   sync.Mutex
 	kv   map[string][]byte
 	size int64
+	// slab holds the collected values, copied one after the other (one
+	// allocation per bulkSlab, not one per value: a rebuild's 4 KiB
+	// pieces made the allocator and the collector a tenth of its CPU).
+	slab []byte
 	seq  int // names the table files
 	// last is the greatest key ingested (under gate).
 	last string
@@ -50,6 +53,9 @@ type bulkLoad struct {
 
 // bulkMax bounds the bytes collected before they are ingested.
 const bulkMax = 16 << 20
+
+// bulkSlab is the size of the slabs collected values are copied into.
+const bulkSlab = 1 << 20
 
 // bulkTable is the size of the tables an ingest writes. A table that
 // overlaps no data goes to the last level as it is; one that does (keys
@@ -112,7 +118,12 @@ func (l *bulkLoad) collect(key, value []byte) bool {
 	if old, ok := l.kv[string(key)]; ok {
 		l.size -= int64(len(key) + len(old))
 	}
-	l.kv[string(key)] = bytes.Clone(value)
+	if len(value) > cap(l.slab)-len(l.slab) {
+		l.slab = make([]byte, 0, max(bulkSlab, len(value)))
+	}
+	at := len(l.slab)
+	l.slab = append(l.slab, value...)
+	l.kv[string(key)] = l.slab[at:len(l.slab):len(l.slab)]
 	l.size += int64(len(key) + len(value))
 	l.active.Store(true)
 	return l.size >= bulkMax
@@ -173,7 +184,7 @@ func (d *Device) ingestBulk(ctx context.Context) error {
 	}()
 	l.mu.Lock()
 	kv := l.kv
-	l.kv, l.size = nil, 0
+	l.kv, l.size, l.slab = nil, 0, nil
 	l.seq++
 	base := filepath.Join(d.dir, fmt.Sprintf("%s%06d", bulkPrefix, l.seq))
 	l.mu.Unlock()
