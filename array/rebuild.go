@@ -286,9 +286,8 @@ type restorerFrom interface {
 // Writes to i are deferred where i can defer them (i gathers them: a
 // Pebble device bulk loads them; elsewhere they share batches), and
 // synced before each checkpoint and before i is marked healthy (see
-// saveCheckpoint). Orphans
-// (pieces of deleted values, leftover splits) are not looked for: that
-// is Scrub's job. Then come the keys the mechanisms know of by other
+// saveCheckpoint). Orphans (pieces of deleted values, leftover splits)
+// are not looked for: that is Scrub's job. Then come the keys the mechanisms know of by other
 // means (Packing's members of sets with a piece on i), and the keys i
 // missed while it was failed.
 func (a *Array) Rebuild(ctx context.Context, i int, opts ...HealOption) (RebuildReport, error) {

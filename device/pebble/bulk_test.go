@@ -116,17 +116,24 @@ func TestBulkIngestRacesAStore(t *testing.T) {
 
 // deferStores has d collect n stores of 4 KiB values, gen in each value,
 // 100 to a BatchDeferred call (so that several collections fill and are
-// ingested on the way).
+// ingested on the way). The values of a call share one buffer, which is
+// overwritten once the call returns: the device must have copied them.
 func deferStores(t *testing.T, d *Device, n int, gen byte) error {
 	t.Helper()
+	buf := make([]byte, 100*4096)
 	for lo := 0; lo < n; lo += 100 {
 		ops := make([]device.Op, 0, 100)
 		for i := lo; i < min(n, lo+100); i++ {
-			v := make([]byte, 4096)
+			v := buf[(i-lo)*4096 : (i-lo+1)*4096]
+			clear(v)
 			v[0], v[1] = gen, byte(i)
 			ops = append(ops, device.Op{Kind: device.OpStore, Key: fmt.Appendf(nil, "key-%06d", i), Value: v})
 		}
-		if err := d.BatchDeferred(t.Context(), ops); err != nil {
+		err := d.BatchDeferred(t.Context(), ops)
+		for i := range buf {
+			buf[i] = 0xff
+		}
+		if err != nil {
 			return err
 		}
 		for i := range ops {
