@@ -39,7 +39,7 @@ func startAnswerLostProcess(t *testing.T, cc crashConfig, mems []*mem.Device, at
 	counting := &faultdev.Toggle{Injector: p.crash}
 	devs := make([]device.Device, len(mems))
 	for i, m := range mems {
-		devs[i] = faultdev.WrapAfter(faultdev.Wrap(m, counting), lose)
+		devs[i] = faultdev.WrapAfter(faultdev.Wrap(m, jittered(counting, i, at)), lose)
 	}
 	a, err := Open(context.Background(), devs, cc.opts...)
 	if err != nil {

@@ -46,7 +46,7 @@ func startFailProcess(t *testing.T, cc crashConfig, mems []*mem.Device, at int64
 	on := &atomic.Bool{}
 	devs := make([]device.Device, len(mems))
 	for i, m := range mems {
-		devs[i] = faultdev.Wrap(m, faultdev.InjectorFunc(func(op faultdev.Op) error {
+		devs[i] = faultdev.Wrap(m, jittered(faultdev.InjectorFunc(func(op faultdev.Op) error {
 			if !on.Load() || p.quit.Load() || op.Kind == faultdev.OpInfo {
 				return nil
 			}
@@ -58,7 +58,7 @@ func startFailProcess(t *testing.T, cc crashConfig, mems []*mem.Device, at int64
 				return faultdev.ErrInjected
 			}
 			return nil
-		}))
+		}), i, at))
 	}
 	a, err := Open(context.Background(), devs, cc.opts...)
 	if err != nil {

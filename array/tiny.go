@@ -266,12 +266,33 @@ type bucket struct {
 // read (empty if it does not exist). The caller holds key's turn: the lock
 // order is user key, then bucket.
 func (a *Array) withBucket(ctx context.Context, key []byte, fn func(b *bucket) error) error {
+	return a.bucketTurn(ctx, key, false, fn)
+}
+
+// changeBucket is withBucket for a write of key: the bucket is settled
+// first (settleFirst) when a crash or a failed write may have cut one of
+// its writes short. Such a write can leave the bucket's member changed on
+// its primary, which reads return, and its parities not: with the primary
+// lost they decode the bucket as it was. A write of key that acts on what
+// the bucket holds without writing it (a move to its own pieces, a delete
+// of a key the bucket no longer holds) would be acknowledged on top of
+// that, and an entry it meant to be gone would come back with the
+// primary's loss. Settling makes the redundancy match what the read
+// returns before anything is acknowledged on it.
+func (a *Array) changeBucket(ctx context.Context, key []byte, fn func(b *bucket) error) error {
+	return a.bucketTurn(ctx, key, true, fn)
+}
+
+func (a *Array) bucketTurn(ctx context.Context, key []byte, settle bool, fn func(b *bucket) error) error {
 	bk := a.bucketOf(key)
 	tk, err := a.locks.Lock(ctx, bk)
 	if err != nil {
 		return err
 	}
 	defer tk.Release()
+	if settle {
+		a.settleFirst(ctx, bk)
+	}
 	b := &bucket{key: bk}
 	v, err := a.retrieveValue(ctx, bk)
 	switch {
@@ -383,7 +404,7 @@ func (a *Array) settle(ctx context.Context, key []byte, b *bucket) error {
 // storeTiny is store on an array with tiny values; under key's turn.
 func (a *Array) storeTiny(ctx context.Context, key, value []byte, m mechanism.Mechanism, c call) error {
 	tiny := a.isTiny(value, c)
-	return a.withBucket(ctx, key, func(b *bucket) error {
+	return a.changeBucket(ctx, key, func(b *bucket) error {
 		if err := a.settle(ctx, key, b); err != nil {
 			return err
 		}
@@ -428,7 +449,7 @@ func (a *Array) storeTiny(ctx context.Context, key, value []byte, m mechanism.Me
 
 // removeTiny is remove on an array with tiny values; under key's turn.
 func (a *Array) removeTiny(ctx context.Context, key []byte) error {
-	return a.withBucket(ctx, key, func(b *bucket) error {
+	return a.changeBucket(ctx, key, func(b *bucket) error {
 		if err := a.settle(ctx, key, b); err != nil {
 			return err
 		}

@@ -411,3 +411,87 @@ func TestTinyListingAfterFailedWrites(t *testing.T) {
 		t.Fatalf("keys %q, want %q (%d writes failed)", got, want, failed)
 	}
 }
+
+// TestTinyBucketWriteHoleSettled: a bucket write cut short after its
+// member landed on the bucket's primary, before any parity took the change
+// (a crash, or a failed write the process outlives), leaves parities that
+// still list the key's old entry. A later write of the key that does not
+// write the bucket (a move to its own pieces, a delete of the key the
+// bucket no longer holds) must not be acknowledged on top of that state:
+// with the bucket's primary lost, the old entry would be decoded and read
+// back over it (found by the strict crash run: a delete cut short, the
+// key stored with its own mechanism, the primary lost, the value before
+// the delete back). Invariant: after each such write, with the primary
+// lost, the key reads as that write left it.
+func TestTinyBucketWriteHoleSettled(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		restart bool // a crash and restart; else the process goes on
+		then    string
+	}{
+		{"crash, then own pieces", true, "big"},
+		{"crash, then delete", true, "delete"},
+		{"failed write, then own pieces", false, "big"},
+		{"failed write, then delete", false, "delete"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// cut fails every change but the stores of buckets' own
+			// pieces: a bucket write's member lands, its parity log
+			// entries do not.
+			var cut atomic.Bool
+			cutErr := faultdev.ErrCrashed
+			if !tc.restart {
+				// A full disk: the devices stay in service.
+				cutErr = fmt.Errorf("cut: %w", device.ErrNoSpace)
+			}
+			r := newFaultRig(t, func(int, *mem.Device) faultdev.Injector {
+				return faultdev.InjectorFunc(func(op faultdev.Op) error {
+					if cut.Load() && (op.Kind == device.OpStore || op.Kind == device.OpDelete) &&
+						!(op.Kind == device.OpStore && bytes.HasPrefix(op.Key, []byte(tinyPrefix))) {
+						return cutErr
+					}
+					return nil
+				})
+			}, tinyOpts(1)...)
+			k, other := "key", "other"
+			old := []byte("old tiny value")
+			r.mustStore(k, old)
+			r.mustStore(other, []byte("neighbour"))
+			bk := string(bucketKey(0))
+			primary := r.holders(bk, 0)
+			if len(primary) != 1 {
+				t.Fatalf("bucket on devices %v, want its primary alone", primary)
+			}
+
+			cut.Store(true)
+			if err := r.a.Delete(ctx, []byte(k)); err == nil {
+				t.Fatal("delete with every parity write failing succeeded")
+			}
+			cut.Store(false)
+			if tc.restart {
+				r.reopen()
+			}
+			// The member landed: a read returns what the primary holds.
+			if _, err := r.a.Retrieve(ctx, []byte(k)); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("after the cut delete: %v, want not found (the member landed)", err)
+			}
+
+			var want []byte
+			switch tc.then {
+			case "big":
+				want = []byte("own pieces")
+				r.mustStore(k, want, Using("replication"))
+			case "delete":
+				if err := r.a.Delete(ctx, []byte(k)); err != nil && !errors.Is(err, ErrNotFound) {
+					t.Fatal(err)
+				}
+			}
+			r.mems[primary[0]].Fail()
+			got, err := r.a.Retrieve(ctx, []byte(k))
+			if want == nil && !errors.Is(err, ErrNotFound) || want != nil && (err != nil || !bytes.Equal(got, want)) {
+				t.Fatalf("bucket's primary lost: %q, %v; want %q", got, err, want)
+			}
+			r.mustRead(other, []byte("neighbour"))
+		})
+	}
+}
