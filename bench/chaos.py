@@ -26,7 +26,9 @@ Invariant, checked after each fault for every key (a GET of each):
 At the end `scrub` (read-only) must find nothing unrecoverable and
 `kvarray status` must say clean.
 
-Usage: python3 bench/chaos.py [--bin PATH] [--dir DIR] [--kills N] [--seed S]
+With --tiny, the same on the default array with tiny values (docs/tiny-values.md).
+
+Usage: python3 bench/chaos.py [--bin PATH] [--dir DIR] [--kills N] [--seed S] [--tiny]
 Needs redis-py. Exit status 0 when every check held, 1 otherwise.
 """
 import argparse, atexit, itertools, json, os, random, shutil, signal, subprocess, sys, threading, time
@@ -39,6 +41,8 @@ ap.add_argument("--dir", default=None, help="work directory (default: a new temp
 ap.add_argument("--kills", type=int, default=6)
 ap.add_argument("--seed", type=int, default=None)
 ap.add_argument("--port", type=int, default=None)
+ap.add_argument("--tiny", action="store_true",
+                help="the default array with tiny values (values up to 256 B in 16 buckets, docs/tiny-values.md), created with init --from-config")
 ap.add_argument("--stop", action="store_true", help="stop at the first bad read, leaving the devices as they are")
 ap.add_argument("--record-bytes", type=int, default=0,
                 help="append records of about this many bytes (default: 8 to 400), e.g. 1000000 to grow the logs past a split")
@@ -209,6 +213,22 @@ def settle_scrub(what, repair):
         print("    ", e.replace("\n", " | ")[:300])
     return rep
 
+if args.tiny:
+    # The default hybrid array, with tiny values: the 100 B values and the
+    # append logs' first records are bucket entries, and keys move in and
+    # out of their buckets as their sizes change.
+    devs = ", ".join(f"pebble:data/dev{i}" for i in range(6))
+    with open(os.path.join(W, "kvarray.yaml"), "w") as f:
+        f.write(f"""devices: [{devs}]
+mode: hybrid
+thresholds: [{{max: 8KiB, rm: replication}}, {{max: 32KiB, rm: packing}}, {{rm: splitting}}]
+splitting: {{k: 4, r: 2}}
+packing: {{k: 4, r: 2}}
+tiny: {{max: 256B, buckets: 16}}
+""")
+    r = cli("init", "--from-config")
+    if r.returncode != 0:
+        sys.exit(f"chaos: init --from-config: {r.stderr.strip()}")
 start()
 def after_crash(what):
     """What the docs ask after an unclean shutdown: reads first (they

@@ -389,7 +389,7 @@ func (c *Config) Marshal() ([]byte, error) {
 			v.Style = yaml.FlowStyle
 		}
 		if k.Value == "device" {
-			k.HeadComment = "Limits of every pebble and mem device (defaults: a KV SSD's). Fix them before creating the array.\n" +
+			k.HeadComment = "Limits of every pebble and mem device (defaults: a KV SSD's). Read when the array is created (init --from-config creates it from an edited file).\n" +
 				"cache: each pebble device's cache of memtables and blocks (more: faster GETs, more memory; docs/config.md)."
 		}
 	}

@@ -20,9 +20,10 @@ func (c *cli) initCmd() *cobra.Command {
 		devices string
 		specs   []string
 		force   bool
+		fromCfg bool
 	)
 	cmd := &cobra.Command{
-		Use:   "init [--dir DIR] [--devices N | --devices SPEC,SPEC,... | --device SPEC ...] [--force]",
+		Use:   "init [--dir DIR] [--devices N | --devices SPEC,SPEC,... | --device SPEC ...] [--force] | init --from-config",
 		Short: "Create an array and write its config file",
 		Long: `init creates a new array in hybrid mode and writes its config to kvarray.yaml
 (or --config FILE).
@@ -35,12 +36,27 @@ database of a running Redis-protocol server, which must hold no other
 data). A relative DIR is relative to the config file's directory.
 
 init refuses to overwrite an existing config file unless --force is given,
-and never reuses devices that already belong to an array.`,
+and never reuses devices that already belong to an array.
+
+With --from-config, init creates the array that the existing config file
+(kvarray.yaml or --config FILE) describes, and leaves the file as it is:
+write or edit a config first (for example one init wrote for other
+devices), then create it. This is how settings fixed at creation are
+chosen: tiny values, device weights, device limits (docs/config.md).`,
 		Example: `  kvarray init --devices 6
   kvarray init --devices redis://10.0.0.1:6379/0,redis://10.0.0.2:6379/0,redis://10.0.0.3:6379/0
-  kvarray init --device pebble:data/dev0 --device redis://127.0.0.1:6379/1 --device redis://127.0.0.1:6380/0`,
+  kvarray init --device pebble:data/dev0 --device redis://127.0.0.1:6379/1 --device redis://127.0.0.1:6380/0
+  kvarray init --from-config --config tiny.yaml`,
 		Args: args(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if fromCfg {
+				for _, f := range []string{"dir", "devices", "device", "force"} {
+					if cmd.Flags().Changed(f) {
+						return usageError{cmd, fmt.Errorf("--from-config creates the array the config file describes: --%s does not apply", f)}
+					}
+				}
+				return c.initFromConfig()
+			}
 			list, n, err := initDevices(cmd, devices, specs)
 			if err != nil {
 				return usageError{cmd, err}
@@ -58,6 +74,7 @@ and never reuses devices that already belong to an array.`,
 	cmd.Flags().StringVar(&devices, "devices", "6", "number `N` of pebble devices, or the devices as SPEC,SPEC,...")
 	cmd.Flags().StringArrayVar(&specs, "device", nil, "a device `SPEC` (pebble:DIR or redis://HOST:PORT/DB); repeat in array order")
 	cmd.Flags().BoolVar(&force, "force", false, "overwrite an existing config file")
+	cmd.Flags().BoolVar(&fromCfg, "from-config", false, "create the array the existing config file describes; the file is left as it is")
 	return cmd
 }
 
@@ -106,6 +123,25 @@ func describeDevices(specs []string) string {
 		parts[i] = fmt.Sprintf("%d %s", count[k], k)
 	}
 	return strings.Join(parts, ", ") + " devices"
+}
+
+// initFromConfig creates the array the existing config file describes,
+// which it does not rewrite (its comments and layout are the user's).
+func (c *cli) initFromConfig() error {
+	cfg, err := config.Load(c.configPath)
+	if err != nil {
+		return fmt.Errorf("init --from-config: %w", err)
+	}
+	a, err := config.Create(c.ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("init --from-config: %w", err)
+	}
+	id := a.ID()
+	if err := a.Close(); err != nil {
+		return fmt.Errorf("init --from-config: %w", err)
+	}
+	fmt.Fprintf(c.stdout, "created array %s: %s, config %s\n", id, describeDevices(cfg.Devices), c.configPath)
+	return nil
 }
 
 // init creates the array cfg describes (what: its devices, for the

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/kvarray/kvarray/device/pebble"
 	"github.com/kvarray/kvarray/device/redis/redistest"
 )
 
@@ -129,5 +133,71 @@ func TestInitRedisDevices(t *testing.T) {
 	}
 	if _, err := os.Stat("five.yaml"); !os.IsNotExist(err) {
 		t.Error("a usage error wrote a config")
+	}
+}
+
+// TestInitFromConfig: init --from-config creates the array a config file
+// written by hand describes, settings fixed at creation included (device
+// weights, tiny values), and leaves the file byte for byte; it refuses the
+// device flags, a missing file, and devices that already hold an array.
+func TestInitFromConfig(t *testing.T) {
+	t.Chdir(t.TempDir())
+	cfg := `# written by hand
+devices: [pebble:d/0, pebble:d/1, pebble:d/2, pebble:d/3, pebble:d/4, pebble:d/5]
+weights: [1TB, 1TB, 2TB, 2TB, 1TB, 1TB]
+packing: {k: 4, r: 2}
+tiny: {max: 64B, buckets: 8}
+`
+	if err := os.WriteFile("tiny.yaml", []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fails(t, nil, []string{"--config", "none.yaml", "init", "--from-config"}, "none.yaml")
+	fails(t, nil, []string{"--config", "tiny.yaml", "init", "--from-config", "--devices", "3"}, "--devices does not apply")
+	out := ok(t, nil, "--config", "tiny.yaml", "init", "--from-config")
+	if !strings.HasPrefix(out, "created array ") || !strings.Contains(out, "6 pebble devices") {
+		t.Errorf("init printed %q", out)
+	}
+	if got, _ := os.ReadFile("tiny.yaml"); string(got) != cfg {
+		t.Errorf("init --from-config rewrote the config:\n%s", got)
+	}
+	fails(t, nil, []string{"--config", "tiny.yaml", "init", "--from-config"}, "already belongs to array")
+
+	ok(t, nil, "--config", "tiny.yaml", "put", "small", "v")
+	if got := ok(t, nil, "--config", "tiny.yaml", "get", "small"); got != "v" {
+		t.Fatalf("get small: %q", got)
+	}
+	var st struct {
+		Weights []uint64 `json:"placement_weights"`
+	}
+	if err := json.Unmarshal([]byte(ok(t, nil, "--config", "tiny.yaml", "status", "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Weights) != 6 || st.Weights[2]/st.Weights[0] != 2 || st.Weights[1] != st.Weights[0] {
+		t.Errorf("placement weights %v, want the config's", st.Weights)
+	}
+	// The small value is a bucket entry: some device holds a bucket, and
+	// none holds the value under its own key.
+	buckets := 0
+	for i := range 6 {
+		d, err := pebble.Open(fmt.Sprintf("d/%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = d.Iterate(context.Background(), nil, func(k []byte) error {
+			if bytes.Contains(k, []byte("kvarray-tiny")) {
+				buckets++
+			}
+			if bytes.Contains(k, []byte("small")) {
+				t.Errorf("device %d holds %q: the tiny value is stored on its own", i, k)
+			}
+			return nil
+		})
+		d.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if buckets == 0 {
+		t.Error("no device holds a tiny bucket")
 	}
 }
