@@ -375,7 +375,15 @@ func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *res
 	// Admin commands work on the array, not on keys, and may run long
 	// (rebuild): they do not hold EXEC up.
 	s.waitPause(e)
-	if !e.admin() && !e.exclusive {
+	switch {
+	case e.admin() || e.exclusive:
+	case e.write():
+		if err := s.lockForWrite(c.ctx); err != nil {
+			c.fail(err)
+			return
+		}
+		defer s.txmu.RUnlock()
+	default:
 		s.txmu.RLock()
 		defer s.txmu.RUnlock()
 	}

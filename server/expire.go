@@ -217,7 +217,9 @@ func (s *Server) dueKeys(ctx context.Context, db int) (map[string]bool, error) {
 // reclaimEntry reclaims the key of one due index entry, then deletes the
 // entry.
 func (s *Server) reclaimEntry(ctx context.Context, e []byte, now int64) error {
-	s.txmu.RLock()
+	if err := s.lockForWrite(ctx); err != nil {
+		return err
+	}
 	defer s.txmu.RUnlock()
 	if _, db, key, ok := s.ks.ParseIndex(e); ok {
 		if err := s.reclaim(ctx, db, key, now); err != nil {

@@ -440,6 +440,10 @@ func cmdSwapDB(c *call) {
 		// one database and write it in the other.
 		c.s.txmu.Lock()
 		defer c.s.txmu.Unlock()
+		if err := c.s.completeLeftBehind(c.ctx); err != nil {
+			c.fail(err)
+			return
+		}
 		if err := c.s.ks.Swap(c.ctx, int(x), int(y)); err != nil {
 			c.fail(err)
 			return

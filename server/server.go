@@ -190,12 +190,16 @@ type Server struct {
 	startErr  error
 	// txmu is the transaction lock: shared by every data command,
 	// exclusive for EXEC (tx.go).
-	txmu  sync.RWMutex
-	watch watches
-	pause atomic.Pointer[pause]
-	exp   expiry
-	scans scanCursors // SCAN's cursors (keyspace.go)
-	cfg   runtimeConfig
+	txmu sync.RWMutex
+	// pending: intent records left behind by failed commits, completed
+	// before the next write (tx.go); pendingN is its length.
+	pending  [][]byte
+	pendingN atomic.Int32
+	watch    watches
+	pause    atomic.Pointer[pause]
+	exp      expiry
+	scans    scanCursors // SCAN's cursors (keyspace.go)
+	cfg      runtimeConfig
 
 	// ctx is the context of every array operation; cancelled when
 	// Shutdown gives up waiting.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -155,6 +156,11 @@ func cmdExec(c *call) {
 	}
 	c.s.txmu.Lock()
 	defer c.s.txmu.Unlock()
+	if err := c.s.completeLeftBehind(c.ctx); err != nil {
+		c.s.unwatch(cl)
+		c.fail(err)
+		return
+	}
 	dirty := cl.dirty.Load() || c.watchedExpired()
 	c.s.unwatch(cl)
 	if dirty {
@@ -170,7 +176,7 @@ func cmdExec(c *call) {
 		e.run(sub)
 	}
 	if err := c.s.commit(c, tx); err != nil {
-		c.error(fmt.Sprintf("%s (transaction not applied; if its intent record was stored it is completed at the next start)", errorReply(err)))
+		c.error(fmt.Sprintf("%s (transaction not applied; if its intent record was stored it is completed before the next write)", errorReply(err)))
 		return
 	}
 	c.w.WriteArray(len(queued))
@@ -200,6 +206,7 @@ func (s *Server) commit(c *call, tx *txn) error {
 		}
 		if s.o.afterIntent != nil {
 			if err := s.o.afterIntent(); err != nil {
+				s.leftBehind(ik)
 				return err
 			}
 		}
@@ -212,14 +219,67 @@ func (s *Server) commit(c *call, tx *txn) error {
 		s.touch(tx.dbs[i], op.Key)
 	}
 	if _, err := firstError(errs); err != nil {
+		s.leftBehind(ik)
 		return err
 	}
 	if ik != nil {
-		if err := s.a.Delete(c.ctx, ik); err != nil {
-			s.o.errorLog.Printf("kvarray server: deleting intent record %q: %v (it is replayed, harmlessly, at the next start)", ik, err)
+		if err := s.a.Delete(c.ctx, ik); err != nil && !errors.Is(err, array.ErrNotFound) {
+			s.o.errorLog.Printf("kvarray server: deleting intent record %q: %v (writes wait until it is deleted)", ik, err)
+			s.leftBehind(ik)
 		}
 	}
 	return nil
+}
+
+// Intents left behind. A transaction whose writes failed midway, or
+// whose intent record could not be deleted, leaves the record stored, and
+// the next start replays it. Any write acknowledged after it would then be
+// rolled back to the transaction's value (the replay applies whole
+// values), so the record is completed (replayed, then deleted) before
+// the next write runs: until that succeeds, writes fail with its error
+// (reads go on). The list is changed under the exclusive transaction lock
+// and read under either.
+
+// leftBehind records intent record ik (nil: none) as left behind; under
+// the exclusive transaction lock.
+func (s *Server) leftBehind(ik []byte) {
+	if ik == nil {
+		return
+	}
+	s.pending = append(s.pending, ik)
+	s.pendingN.Store(int32(len(s.pending)))
+}
+
+// completeLeftBehind replays and deletes the intents left behind; under
+// the exclusive transaction lock.
+func (s *Server) completeLeftBehind(ctx context.Context) error {
+	for len(s.pending) > 0 {
+		if err := s.replayIntent(ctx, s.pending[0]); err != nil {
+			return fmt.Errorf("completing a transaction whose commit failed: %w", err)
+		}
+		s.pending = s.pending[1:]
+		s.pendingN.Store(int32(len(s.pending)))
+	}
+	return nil
+}
+
+// lockForWrite takes the transaction lock shared for a write, once no
+// intent is left behind (completing them first); it fails, holding
+// nothing, when one cannot be completed.
+func (s *Server) lockForWrite(ctx context.Context) error {
+	for {
+		s.txmu.RLock()
+		if s.pendingN.Load() == 0 {
+			return nil
+		}
+		s.txmu.RUnlock()
+		s.txmu.Lock()
+		err := s.completeLeftBehind(ctx)
+		s.txmu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // replayIntents completes the transactions a crash interrupted: every
@@ -230,26 +290,41 @@ func (s *Server) replayIntents() error {
 		return fmt.Errorf("listing transaction intents: %w", err)
 	}
 	for _, ik := range keys {
-		rec, err := s.a.Retrieve(s.ctx, ik)
-		if errors.Is(err, array.ErrNotFound) {
-			continue
+		if err := s.replayIntent(s.ctx, ik); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("reading transaction intent %q: %w", ik, err)
-		}
-		ops, err := keyspace.DecodeIntent(rec)
-		if err != nil {
-			return fmt.Errorf("transaction intent %q: %w", ik, err)
-		}
-		for _, op := range ops {
-			if err := s.ks.Apply(s.ctx, op); err != nil {
-				return fmt.Errorf("replaying transaction intent %q: %w", ik, err)
-			}
-		}
-		if err := s.a.Delete(s.ctx, ik); err != nil && !errors.Is(err, array.ErrNotFound) {
-			return fmt.Errorf("deleting replayed transaction intent %q: %w", ik, err)
-		}
-		s.o.errorLog.Printf("kvarray server: completed a transaction interrupted by a crash (%d writes)", len(ops))
 	}
+	return nil
+}
+
+// replayIntent applies the writes of intent record ik again, if it is
+// stored, then deletes it. A record that reads as absent may still have
+// pieces that a delete cut short left (a read takes the primary's word):
+// they are swept, as a repair does, or a device lost later could bring
+// the record back to be replayed over newer writes.
+func (s *Server) replayIntent(ctx context.Context, ik []byte) error {
+	rec, err := s.a.Retrieve(ctx, ik)
+	if errors.Is(err, array.ErrNotFound) {
+		if _, err := s.a.Repair(ctx, ik); err != nil && !errors.Is(err, array.ErrNotFound) {
+			return fmt.Errorf("sweeping deleted transaction intent %q: %w", ik, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading transaction intent %q: %w", ik, err)
+	}
+	ops, err := keyspace.DecodeIntent(rec)
+	if err != nil {
+		return fmt.Errorf("transaction intent %q: %w", ik, err)
+	}
+	for _, op := range ops {
+		if err := s.ks.Apply(ctx, op); err != nil {
+			return fmt.Errorf("replaying transaction intent %q: %w", ik, err)
+		}
+	}
+	if err := s.a.Delete(ctx, ik); err != nil && !errors.Is(err, array.ErrNotFound) {
+		return fmt.Errorf("deleting replayed transaction intent %q: %w", ik, err)
+	}
+	s.o.errorLog.Printf("kvarray server: completed a transaction whose commit was interrupted (%d writes)", len(ops))
 	return nil
 }

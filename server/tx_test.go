@@ -1,17 +1,25 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/config"
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/device/faultdev"
 	"github.com/kvarray/kvarray/keyspace"
 )
 
@@ -204,5 +212,100 @@ func TestIncrConcurrent(t *testing.T) {
 	}
 	if f, _ := rdb.Get(ctx, "fctr").Result(); f != strconv.Itoa(clients*each/2) {
 		t.Errorf("fctr = %s, want %d", f, clients*each/2)
+	}
+}
+
+// TestTxIntentLeftBehind: a transaction whose writes failed midway, or
+// whose intent record could not be deleted after its writes were applied
+// (its devices refusing deletes, as full ones may), leaves the record for
+// the server to complete. Left to the next start's replay, it would roll
+// back a write acknowledged after it to the transaction's value.
+// Invariant: every key reads, after a restart, as its last acknowledged
+// write. Writes are refused while the transaction cannot be completed (its
+// record replayed and deleted), reads go on, and writes resume once it can.
+func TestTxIntentLeftBehind(t *testing.T) {
+	for _, tc := range []string{"writes failed midway", "record not deleted"} {
+		t.Run(tc, func(t *testing.T) {
+			var refuse, failWrites atomic.Bool
+			cfg, err := config.Parse([]byte(memHybrid), t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			devs := config.OpenDevices(cfg, true)
+			for i, d := range devs {
+				devs[i] = faultdev.Wrap(d, faultdev.InjectorFunc(func(op faultdev.Op) error {
+					if refuse.Load() && op.Kind == device.OpDelete && bytes.Contains(op.Key, keyspace.IntentPrefix()) {
+						return fmt.Errorf("refused: %w", device.ErrNoSpace)
+					}
+					return nil
+				}))
+			}
+			a, err := array.Create(context.Background(), devs, cfg.Options()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts := serveArray(t, a, devs, WithErrorLog(log.New(io.Discard, "", 0)), withAfterIntent(func() error {
+				if failWrites.Load() {
+					return errors.New("a write of the transaction failed")
+				}
+				return nil
+			}))
+			ctx := context.Background()
+			rdb := ts.client()
+			acked := map[string]string{}
+			set := func(k, v string) error {
+				err := rdb.Set(ctx, k, v, 0).Err()
+				if err == nil {
+					acked[k] = v
+				}
+				return err
+			}
+			if err := set("a", "before"); err != nil {
+				t.Fatal(err)
+			}
+
+			_, err = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				failWrites.Store(tc == "writes failed midway")
+				refuse.Store(tc == "record not deleted")
+				p.Set(ctx, "a", "tx", 0)
+				p.Set(ctx, "b", "tx", 0)
+				return nil
+			})
+			failWrites.Store(false)
+			if tc == "writes failed midway" {
+				if err == nil {
+					t.Fatal("EXEC succeeded though its writes failed")
+				}
+				// In flight: the transaction may yet complete, whole.
+			} else {
+				if err != nil {
+					t.Fatalf("EXEC: %v (its writes are applied: only the record's delete fails)", err)
+				}
+				acked["a"], acked["b"] = "tx", "tx"
+				if err := set("a", "refused"); err == nil {
+					t.Error("a write went on while a transaction's intent record could not be deleted")
+				}
+				if v, err := rdb.Get(ctx, "a").Result(); err != nil || v != "tx" {
+					t.Errorf("read while writes wait: a = %q, %v; want the transaction's", v, err)
+				}
+				refuse.Store(false)
+			}
+			if err := set("a", "after"); err != nil {
+				t.Fatalf("write once the transaction can be completed: %v", err)
+			}
+			if v, err := rdb.Get(ctx, "b").Result(); err != nil || v != "tx" {
+				t.Errorf("b = %q, %v; want the transaction's write, completed before the next write", v, err)
+			}
+			if left, err := ts.a.Keys(ctx, keyspace.IntentPrefix()); err != nil || len(left) != 0 {
+				t.Errorf("intent records once completed: %d, %v", len(left), err)
+			}
+			ts.restart()
+			rdb = ts.client()
+			for k, want := range acked {
+				if v, err := rdb.Get(ctx, k).Result(); err != nil || v != want {
+					t.Errorf("after the restart %s = %q, %v; want its last acknowledged write %q", k, v, err, want)
+				}
+			}
+		})
 	}
 }
