@@ -329,8 +329,8 @@ func (p *crashProcess) stop() { p.a.halt() }
 func startCrashProcess(t *testing.T, cc crashConfig, mems []*mem.Device, create bool, at int64) *crashProcess {
 	t.Helper()
 	p := &crashProcess{crash: faultdev.CrashAt(at)}
-	devs := make([]device.Device, len(mems))
 	armed := &faultdev.Toggle{Injector: p.crash}
+	devs := make([]device.Device, len(mems))
 	for i, m := range mems {
 		devs[i] = faultdev.Wrap(m, jittered(armed, i, at))
 	}
@@ -877,7 +877,8 @@ func impaired(a *Array) bool {
 }
 
 // crashPoint reads KVARRAY_CRASH_POINT=op:at, which narrows a run to one
-// crash point (workload op, device op within it) to reproduce a violation.
+// crash point (workload op, device op within it) to reproduce a violation;
+// op:* to every crash point of workload op (at -1).
 func crashPoint(t *testing.T) (op int, at int64, ok bool) {
 	s := os.Getenv("KVARRAY_CRASH_POINT")
 	if s == "" {
