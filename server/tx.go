@@ -37,7 +37,8 @@ import (
 //     command's reply in EXEC's array; the other commands still run, as
 //     in Redis. An array error while committing fails the whole EXEC
 //     (no reply for each command): if it happened after the intent
-//     record was stored, the rest is applied at the next start.
+//     record was stored, the rest is applied before the next write
+//     (leftBehind).
 
 // txCommands run at once even inside MULTI.
 var txCommands = map[string]bool{"exec": true, "discard": true, "multi": true, "watch": true, "quit": true, "reset": true}
