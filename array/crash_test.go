@@ -354,7 +354,7 @@ func startCrashProcess(t *testing.T, cc crashConfig, mems []*mem.Device, create 
 
 // jittered returns inj for device dev of a process crashing at device
 // op at; with KVARRAY_CRASH_JITTER set, each device operation first
-// yields and now and then sleeps a little. The crash point cuts the
+// yields and, rarely, sleeps a little. The crash point cuts the
 // operations in the order they reach it, and a write sends its pieces to
 // several devices at once: jitter varies which of them fall before the
 // cut, states a crash test otherwise reaches only by chance, on a loaded
@@ -371,7 +371,9 @@ func jittered(inj faultdev.Injector, dev int, at int64) faultdev.Injector {
 		for range rand.IntN(4) {
 			runtime.Gosched()
 		}
-		if rand.IntN(8) == 0 {
+		// Rarely: a sleep costs a timer's granularity (up to a
+		// millisecond here), and a batch consults this for each op.
+		if rand.IntN(64) == 0 {
 			time.Sleep(time.Duration(rand.IntN(100)) * time.Microsecond)
 		}
 		err := inj.MaybeError(op)
