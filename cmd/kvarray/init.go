@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvarray/kvarray/array"
 	"github.com/kvarray/kvarray/config"
 )
 
@@ -132,12 +133,8 @@ func (c *cli) initFromConfig() error {
 	if err != nil {
 		return fmt.Errorf("init --from-config: %w", err)
 	}
-	a, err := config.Create(c.ctx, cfg)
+	id, err := c.create(cfg)
 	if err != nil {
-		return fmt.Errorf("init --from-config: %w", err)
-	}
-	id := a.ID()
-	if err := a.Close(); err != nil {
 		return fmt.Errorf("init --from-config: %w", err)
 	}
 	fmt.Fprintf(c.stdout, "created array %s: %s, config %s\n", id, describeDevices(cfg.Devices), c.configPath)
@@ -167,12 +164,8 @@ func (c *cli) init(cfg *config.Config, force bool, what string) error {
 	}
 	// The array first: a config file is only written for an array that
 	// exists, so a failed init leaves no config pointing at nothing.
-	a, err := config.Create(c.ctx, cfg)
+	id, err := c.create(cfg)
 	if err != nil {
-		return fmt.Errorf("init: %w", err)
-	}
-	id := a.ID()
-	if err := a.Close(); err != nil {
 		return fmt.Errorf("init: %w", err)
 	}
 	if err := writeFile(path, data); err != nil {
@@ -180,6 +173,15 @@ func (c *cli) init(cfg *config.Config, force bool, what string) error {
 	}
 	fmt.Fprintf(c.stdout, "created array %s: %s, config %s\n", id, what, path)
 	return nil
+}
+
+// create creates the array cfg describes, closes it and returns its id.
+func (c *cli) create(cfg *config.Config) (array.ID, error) {
+	a, err := config.Create(c.ctx, cfg)
+	if err != nil {
+		return array.ID{}, err
+	}
+	return a.ID(), a.Close()
 }
 
 // writeFile replaces path atomically, so that an interrupted init --force
