@@ -102,10 +102,15 @@ func initDevices(cmd *cobra.Command, devices string, specs []string) ([]string, 
 		case specs[i] == "":
 			return nil, 0, fmt.Errorf("device %d of the list is empty", i)
 		case strings.HasPrefix(specs[i], "mem:"):
-			return nil, 0, fmt.Errorf("device %d %q: a mem device lives only as long as one process; init creates arrays that last (pebble:DIR or redis://HOST:PORT/DB)", i, specs[i])
+			return nil, 0, memRefused(i, specs[i])
 		}
 	}
 	return specs, 0, nil
+}
+
+// memRefused is init's refusal of device i, a mem device.
+func memRefused(i int, spec string) error {
+	return fmt.Errorf("device %d %q: a mem device lives only as long as one process; init creates arrays that last (pebble:DIR or redis://HOST:PORT/DB)", i, spec)
 }
 
 // describeDevices counts the devices by kind: "4 redis, 2 pebble devices".
@@ -132,6 +137,11 @@ func (c *cli) initFromConfig() error {
 	cfg, err := config.Load(c.configPath)
 	if err != nil {
 		return fmt.Errorf("init --from-config: %w", err)
+	}
+	for i, spec := range cfg.Devices {
+		if strings.HasPrefix(spec, "mem:") {
+			return fmt.Errorf("init --from-config: %w", memRefused(i, spec))
+		}
 	}
 	id, err := c.create(cfg)
 	if err != nil {

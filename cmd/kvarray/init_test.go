@@ -152,6 +152,10 @@ tiny: {max: 64B, buckets: 8}
 		t.Fatal(err)
 	}
 	fails(t, nil, []string{"--config", "none.yaml", "init", "--from-config"}, "none.yaml")
+	if err := os.WriteFile("mem.yaml", []byte("devices: [mem:a, mem:b, mem:c]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fails(t, nil, []string{"--config", "mem.yaml", "init", "--from-config"}, "a mem device lives only as long as one process")
 	fails(t, nil, []string{"--config", "tiny.yaml", "init", "--from-config", "--devices", "3"}, "--devices does not apply")
 	out := ok(t, nil, "--config", "tiny.yaml", "init", "--from-config")
 	if !strings.HasPrefix(out, "created array ") || !strings.Contains(out, "6 pebble devices") {
