@@ -260,6 +260,9 @@ func (s *Server) completeLeftBehind(ctx context.Context) error {
 		}
 		s.pending = s.pending[1:]
 		s.pendingN.Store(int32(len(s.pending)))
+		// Its writes may land only now: every watcher is told (the
+		// record's writes name physical keys, and this is rare).
+		s.touchDB(-1)
 	}
 	return nil
 }

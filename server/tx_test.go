@@ -264,6 +264,7 @@ func TestTxIntentLeftBehind(t *testing.T) {
 				t.Fatal(err)
 			}
 
+			var watcher *rawConn
 			_, err = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 				failWrites.Store(tc == "writes failed midway")
 				refuse.Store(tc == "record not deleted")
@@ -277,6 +278,10 @@ func TestTxIntentLeftBehind(t *testing.T) {
 					t.Fatal("EXEC succeeded though its writes failed")
 				}
 				// In flight: the transaction may yet complete, whole.
+				// A client watching one of its keys meanwhile sees the
+				// completion as a write.
+				watcher = ts.dial()
+				watcher.do("WATCH", "b")
 			} else {
 				if err != nil {
 					t.Fatalf("EXEC: %v (its writes are applied: only the record's delete fails)", err)
@@ -292,6 +297,13 @@ func TestTxIntentLeftBehind(t *testing.T) {
 			}
 			if err := set("a", "after"); err != nil {
 				t.Fatalf("write once the transaction can be completed: %v", err)
+			}
+			if watcher != nil {
+				watcher.do("MULTI")
+				watcher.do("SET", "b", "watcher's")
+				if r := watcher.do("EXEC"); !r.null {
+					t.Errorf("EXEC of a watcher of b = %v, want null: the completion wrote b", r)
+				}
 			}
 			if v, err := rdb.Get(ctx, "b").Result(); err != nil || v != "tx" {
 				t.Errorf("b = %q, %v; want the transaction's write, completed before the next write", v, err)
