@@ -283,6 +283,7 @@ func (a *Array) changeBucket(ctx context.Context, key []byte, fn func(b *bucket)
 	return a.bucketTurn(ctx, key, true, fn)
 }
 
+// bucketTurn is withBucket, settling the bucket first when settle is set.
 func (a *Array) bucketTurn(ctx context.Context, key []byte, settle bool, fn func(b *bucket) error) error {
 	bk := a.bucketOf(key)
 	tk, err := a.locks.Lock(ctx, bk)
