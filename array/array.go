@@ -109,10 +109,13 @@ type options struct {
 	parallelism int
 	autoResync  time.Duration
 	metaCache   int
-	valueCache  int64    // WithValueCache: bytes of whole values the metadata cache keeps
-	valueMax    int      // and the largest it keeps
-	weights     []uint64 // WithWeights; nil: the devices' capacities
-	tiny        *Tiny    // WithTiny; nil: no tiny values
+	valueCache  int64       // WithValueCache: bytes of whole values the metadata cache keeps
+	valueMax    int         // and the largest it keeps
+	weights     []uint64    // WithWeights; nil: the devices' capacities
+	tiny        *Tiny       // WithTiny; nil: no tiny values
+	owner       *Owner      // WithOwner; nil: no lease (owner.go)
+	reopen      Reopener    // WithReopen; nil: a full Pebble device waits for a restart (full.go)
+	slow        *SlowPolicy // WithSlowDevices; nil: no device is judged slow (slow.go)
 }
 
 // Option configures Open and Create.
@@ -177,17 +180,21 @@ type Array struct {
 	locks       *keylock.Table
 	async       chan struct{} // semaphore bounding async operations
 	reasonMu    sync.Mutex
-	reasons     []error // why each device was failed at open; guarded by reasonMu
+	spaceMu     sync.Mutex // one spaceBack at a time: a device is reopened once
+	reasons     []error    // why each device was failed at open; guarded by reasonMu
 
-	closeMu  sync.RWMutex
-	closed   bool
-	haltOnce sync.Once
-	wg       sync.WaitGroup // async operations in flight
-	stop     chan struct{}  // closed by Close: stops background work
-	bg       sync.WaitGroup // background work
-	meta     *metaCache     // nil: none
-	tiny     *tinyState     // nil: no tiny values (tiny.go); fixed at open
-	listings listings       // SCAN's device cursors kept between pages (cursors.go)
+	closeMu   sync.RWMutex
+	closed    bool
+	haltOnce  sync.Once
+	wg        sync.WaitGroup // async operations in flight
+	stop      chan struct{}  // closed by Close: stops background work
+	bg        sync.WaitGroup // background work
+	meta      *metaCache     // nil: none
+	tiny      *tinyState     // nil: no tiny values (tiny.go); fixed at open
+	listings  listings       // SCAN's device cursors kept between pages (cursors.go)
+	own       *ownership     // the lease (owner.go); nil without WithOwner
+	deposedCh chan struct{}  // closed once deposed (owner.go)
+	slow      *slowState     // the fail-slow detector (slow.go); nil without WithSlowDevices
 }
 
 func build(devs []device.Device, opts []Option) (*Array, error) {
@@ -209,12 +216,13 @@ func build(devs []device.Device, opts []Option) (*Array, error) {
 	}
 	names, limits := describe(devs)
 	a := &Array{
-		env:    mechanism.NewEnv(devs, names, limits),
-		o:      o,
-		byRM:   map[format.RM]mechanism.Mechanism{},
-		byName: map[string]mechanism.Mechanism{},
-		async:  make(chan struct{}, 64*o.parallelism),
-		stop:   make(chan struct{}),
+		deposedCh: make(chan struct{}),
+		env:       mechanism.NewEnv(devs, names, limits),
+		o:         o,
+		byRM:      map[format.RM]mechanism.Mechanism{},
+		byName:    map[string]mechanism.Mechanism{},
+		async:     make(chan struct{}, 64*o.parallelism),
+		stop:      make(chan struct{}),
 	}
 	// Resync's Quiesce waits for the turns held when it starts.
 	a.locks = keylock.New(keylock.WithHolder(a.env))
@@ -319,6 +327,9 @@ func Create(ctx context.Context, devs []device.Device, opts ...Option) (*Array, 
 	for i := range a.hdr.vec {
 		a.hdr.vec[i] = 1
 	}
+	if err := a.acquire(ctx); err != nil {
+		return nil, fmt.Errorf("array: create: %w", err)
+	}
 	if err := writeHeaders(ctx, a.env, a.hdr, a.allDevs()); err != nil {
 		return nil, fmt.Errorf("array: create: %w", err)
 	}
@@ -388,6 +399,9 @@ func Open(ctx context.Context, devs []device.Device, opts ...Option) (*Array, er
 		if r != nil {
 			a.env.SetState(i, mechanism.Failed)
 		}
+	}
+	if err := a.acquire(ctx); err != nil {
+		return nil, fmt.Errorf("array %s: open: %w", h.id, err)
 	}
 	if err := a.env.LoadRecords(ctx); err != nil {
 		return nil, fmt.Errorf("array: open: resync records: %w", err)
@@ -469,6 +483,7 @@ func (a *Array) Close() error {
 	}
 	a.hdrMu.Unlock()
 	a.advanceEpoch(context.Background(), a.env.Clock().Last()+1)
+	a.releaseLease(context.Background())
 	var errs []error
 	for i := range a.env.N() {
 		if err := a.env.Device(i).Close(); err != nil {
@@ -529,6 +544,9 @@ func (a *Array) begin() error {
 	defer a.closeMu.RUnlock()
 	if a.closed {
 		return ErrClosed
+	}
+	if err := a.Deposed(); err != nil {
+		return err
 	}
 	a.wg.Add(1)
 	return nil
@@ -622,6 +640,10 @@ func (a *Array) Mechanism(n int) string {
 // resync, when configured.
 func (a *Array) startBackground() {
 	a.every(leaseSpan/8, func() { a.renewLease(context.Background()) })
+	if a.own != nil {
+		a.every(a.own.o.Lease/3, func() { a.renewOwnerLease(context.Background()) })
+	}
+	a.startSlow()
 	if a.o.autoResync > 0 {
 		a.every(a.o.autoResync, func() {
 			a.resyncReturned()
@@ -750,7 +772,8 @@ func (a *Array) impaired() bool {
 	return false
 }
 
-// resyncReturned resyncs every failed device that answers again, and
+// resyncReturned resyncs every failed device that answers again and
+// every full device that has space again (Resync probes it), and
 // finishes the resync of devices that still have keys to catch up on
 // (degraded-behind: a resync that could not repair every key, or records
 // found at open).
@@ -758,6 +781,10 @@ func (a *Array) resyncReturned() {
 	ctx, cancel := a.untilStop()
 	defer cancel()
 	for i := 0; i < a.env.N(); i++ {
+		if a.env.State(i) == mechanism.Full {
+			_, _ = a.Resync(ctx, i)
+			continue
+		}
 		behind := a.env.State(i) == mechanism.Healthy && a.env.MissedCount(i) > 0
 		if a.env.State(i) != mechanism.Failed && !behind {
 			continue

@@ -133,6 +133,7 @@ func thirdFailure(t *testing.T, dies bool, wlen int) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		format.Unkey(format.Key([]byte(k), 0, format.KindData), b, 0)
 		v, err := format.Decode(b)
 		if err != nil {
 			t.Fatal(err)

@@ -115,6 +115,12 @@ func (a *Array) openListing(ctx context.Context, prefix, start []byte) *listing 
 		l.states[i] = a.env.State(i)
 		s := &l.devs[i]
 		s.dev = i
+		if l.states[i] == mechanism.Slow {
+			// Not waited for: its keys are listed by the others, as a
+			// failed device's.
+			s.err, s.end = mechanism.ErrMarkedSlow, true
+			continue
+		}
 		s.c, s.err = device.OpenCursor(ctx, d, prefix, start)
 		s.end = s.err != nil
 	}

@@ -74,6 +74,7 @@ func (r *rig) checkAllPieces() {
 				r.t.Errorf("device %d key %q: %v", i, k, err)
 				return nil
 			}
+			format.Unkey(k, b, 0)
 			if _, err := format.Decode(b); err != nil {
 				r.t.Errorf("device %d key %q left corrupt: %v", i, k, err)
 			}

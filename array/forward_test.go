@@ -308,6 +308,7 @@ func TestWrongVersionOnLaterSplitPrimary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	format.Unkey(k1.Data(), b, 0)
 	wrong, err := format.Decode(b)
 	if err != nil {
 		t.Fatal(err)

@@ -359,7 +359,7 @@ func (a *Array) advanceEpoch(ctx context.Context, lease uint64) {
 	_ = writeHeaders(ctx, a.env, h, up)
 	var took []int
 	for _, i := range up {
-		if a.env.State(i) != mechanism.Failed {
+		if a.env.Writable(i) {
 			took = append(took, i)
 			h.vec[i] = h.epoch
 		}
@@ -385,11 +385,13 @@ func (a *Array) renewLease(ctx context.Context) {
 	}
 }
 
-// upDevices lists the devices not marked failed.
+// upDevices lists the devices writes are sent to: not marked failed or
+// full (a full device that took no epoch must not be recorded as having
+// taken it, or it would read as restored from an older copy).
 func (a *Array) upDevices() []int {
 	var up []int
 	for i := range a.env.N() {
-		if a.env.State(i) != mechanism.Failed {
+		if a.env.Writable(i) {
 			up = append(up, i)
 		}
 	}

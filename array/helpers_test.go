@@ -133,7 +133,7 @@ func (r *rig) healReports() (map[int]error, map[int]RebuildReport) {
 			switch st := r.a.DeviceState(i); {
 			case st == mechanism.Rebuilding:
 				reps[i], out[i] = r.a.Rebuild(context.Background(), i)
-			case st == mechanism.Failed, r.a.env.MissedCount(i) > 0:
+			case st == mechanism.Failed, st == mechanism.Slow, r.a.env.MissedCount(i) > 0:
 				reps[i], out[i] = r.a.Resync(context.Background(), i)
 				if out[i] == nil && r.a.DeviceState(i) == mechanism.Rebuilding {
 					reps[i], out[i] = r.a.Rebuild(context.Background(), i)
@@ -191,13 +191,16 @@ func (r *rig) piece(i int, key string, s int) (format.Value, error) {
 	return format.Decode(b)
 }
 
-// raw returns device i's piece of split s of key: under the data key, or
+// raw returns device i's piece of split s of key, unkeyed: under the data key, or
 // under the bank key (mechanism.Banked) when only that, or a newer piece,
 // is there.
 func (r *rig) raw(i int, key string, s int) ([]byte, error) {
 	ctx := context.Background()
 	b, err := r.mems[i].Retrieve(ctx, format.Key([]byte(key), s, format.KindData))
 	bb, berr := r.mems[i].Retrieve(ctx, format.Key([]byte(key), s, format.KindBank))
+	// As the array reads them (format.Unkey).
+	format.Unkey(format.Key([]byte(key), s, format.KindData), b, 0)
+	format.Unkey(format.Key([]byte(key), s, format.KindBank), bb, 0)
 	if berr != nil {
 		return b, err
 	}

@@ -274,3 +274,39 @@ func TestKeysFromKeepsCursors(t *testing.T) {
 		t.Fatalf("%d cursors open after Close", n)
 	}
 }
+
+// TestListingBeyondTolerance: with more devices failed than any mechanism
+// tolerates, a key's pieces may all be on them, so Keys and KeysFrom fail
+// with ErrUnavailable rather than answer a listing short of keys (a
+// collection's elements listed so made a pop of a full sorted set answer
+// empty). At the tolerance they still list every key.
+func TestListingBeyondTolerance(t *testing.T) {
+	r := newRig(t, 6, hybridAll()...)
+	rng := newRand(t)
+	var want [][]byte
+	for i := range 60 {
+		k := fmt.Sprintf("k%03d", i)
+		r.mustStore(k, randBytes(rng, []int{10, 3000, 20000}[i%3]))
+		want = append(want, []byte(k))
+	}
+	fail := func(d int) {
+		r.mems[d].Fail()
+		_, g := r.a.env.DeviceGen(d)
+		r.a.env.MarkFailed(d, g)
+	}
+	fail(1)
+	fail(4)
+	if got, err := r.a.Keys(ctx, nil); err != nil || !slices.EqualFunc(got, want, bytes.Equal) {
+		t.Fatalf("two devices failed: %d keys, %v; want all %d", len(got), err, len(want))
+	}
+	if got := pages(t, r.a, nil, 7); !slices.EqualFunc(got, want, bytes.Equal) {
+		t.Fatalf("two devices failed: %d keys paged, want %d", len(got), len(want))
+	}
+	fail(5)
+	if keys, err := r.a.Keys(ctx, nil); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("three devices failed: Keys = %d keys, %v; want ErrUnavailable", len(keys), err)
+	}
+	if keys, _, err := r.a.KeysFrom(ctx, nil, nil, 10); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("three devices failed: KeysFrom = %d keys, %v; want ErrUnavailable", len(keys), err)
+	}
+}

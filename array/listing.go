@@ -71,6 +71,7 @@ func (a *Array) sortedScan(ctx context.Context, d int, prefix, start []byte, val
 		stopped := errors.New("stopped")
 		each := func(k, v []byte) error {
 			e := scanEntry{Key: slices.Clone(k), Val: scanned{dev: d, value: slices.Clone(v)}}
+			format.Unkey(e.Key, e.Val.value, 0) // as Env's reads do
 			e.Val.unread = v == nil && values
 			if !yield(e) {
 				return stopped
@@ -125,8 +126,14 @@ func (a *Array) KeysFrom(ctx context.Context, prefix, after []byte, count int, o
 	defer a.end()
 	for range a.env.N() + 1 {
 		keys, next, failed, gen, err := a.keysFrom(ctx, prefix, after, count, o.fresh)
+		if err == nil && failed < 0 {
+			err = a.listable()
+		}
 		if failed < 0 || err != nil {
-			return keys, next, err
+			if err != nil {
+				return nil, nil, err
+			}
+			return keys, next, nil
 		}
 		// Its keys are listed by the devices holding their other pieces,
 		// once it is marked failed.
@@ -268,7 +275,7 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int, f
 		}
 		switch {
 		case err == nil:
-		case errors.Is(err, device.ErrDeviceFailed) && a.env.State(i) != mechanism.Failed:
+		case errors.Is(err, device.ErrDeviceFailed) && a.env.Answering(i):
 			l.close()
 			return nil, nil, i, l.gens[i], nil
 		case errors.Is(err, device.ErrDeviceFailed):
@@ -303,6 +310,35 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int, f
 	}
 	a.putListing(prefix, next, l)
 	return keys, next, -1, mechanism.Gen{}, nil
+}
+
+// listable fails with ErrUnavailable when more devices cannot list their
+// keys (failed, slow, or being rebuilt) than any configured mechanism
+// tolerates: a key of any mechanism may then have all of its pieces on
+// them, and a listing would leave it out without a word. A collection's
+// elements are listed so (keyspace), and a listing short of an element
+// answered for its collection (an empty pop of a set that has members,
+// HGETALL without a field that is there). Within the tolerance of some
+// mechanism the listing goes on: a key of a mechanism that tolerates fewer
+// is unreadable then anyway (and left out, as a read would find nothing).
+// So does an array no mechanism protects (Hashing alone): it loses what a
+// failed device held, listings included, by its configuration.
+func (a *Array) listable() error {
+	down := 0
+	for i := 0; i < a.env.N(); i++ {
+		switch a.env.State(i) {
+		case mechanism.Failed, mechanism.Rebuilding, mechanism.Slow:
+			down++
+		}
+	}
+	most := 0
+	for _, m := range a.mechs {
+		most = max(most, m.Tolerates())
+	}
+	if most > 0 && down > most {
+		return fmt.Errorf("keys: %d devices cannot list their keys, more than any mechanism tolerates (%d): the listing would be incomplete: %w", down, most, ErrUnavailable)
+	}
+	return nil
 }
 
 // answersFor reports whether device i lists user key u: it is the key's

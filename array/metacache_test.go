@@ -52,6 +52,7 @@ func TestMetaCacheSparesHybridRead(t *testing.T) {
 			if err != nil {
 				continue
 			}
+			format.Unkey(format.Key([]byte("k"), 0, kind), b, 0)
 			v, err := format.Decode(b)
 			if err != nil || v.RM != format.RMSplitting {
 				t.Errorf("device %d kind %d holds a piece of another mechanism: %v %v", i, kind, v.RM, err)

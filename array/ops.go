@@ -242,6 +242,9 @@ func (a *Array) locateFrom(ctx context.Context, k mechanism.Key, have []mechanis
 			}
 		}
 	}
+	if best < 0 && a.unacknowledgedMiss(ctx, k, have) {
+		best = 0
+	}
 	if best < 0 {
 		if errors.Is(p.Err, format.ErrCorrupt) || k.Want != 0 {
 			return nil, mechanism.Lost(k, "array", have, "no readable header")
@@ -274,6 +277,64 @@ func (a *Array) locateFrom(ctx context.Context, k mechanism.Key, have []mechanis
 		l.have = slices.DeleteFunc(have, func(p mechanism.Piece) bool { return p.Bank })
 	}
 	return l, nil
+}
+
+// unacknowledgedMiss reports whether the primary's record of a missed
+// store of split k names no acknowledged write, and if so puts the piece
+// it hid in have[0], vouched for (the record cleared, unless in a dry
+// run). have holds what locate read: the primary's stale answer and, past
+// it, the data and bank keys of every device a piece can be on.
+//
+// An acknowledged store has a piece or a durable record on every device
+// of its width (Env.Acknowledge), and a width of one (Hashing) records
+// nothing: it lands on the primary or fails. So when every other device
+// that can hold a piece of k is healthy, has no record of k, and answered
+// that it holds none, and no mechanism that keeps its values elsewhere
+// (Packing's sets) knows the key, the record belongs to a store that
+// failed: one that recorded the primary's miss before another miss of
+// its own could not be recorded, and whose other pieces were dropped as
+// uncommitted, or one a crash cut short. The piece it hides is then the
+// last acknowledged value; refusing it as stale made that value
+// unreadable and its device impossible to resync (issue 40).
+func (a *Array) unacknowledgedMiss(ctx context.Context, k mechanism.Key, have []mechanism.Piece) bool {
+	if !errors.Is(have[0].Err, mechanism.ErrStale) || a.env.State(k.Primary) != mechanism.Healthy ||
+		a.env.MissedDelete(k.Primary, k.Data()) {
+		return false
+	}
+	w := min(a.maxWidth, a.env.N())
+	for off := 1; off < w; off++ {
+		d := a.env.At(k, off)
+		if a.env.State(d) != mechanism.Healthy || a.env.Missing(d, k.Data()) || a.env.Missing(d, k.Bank()) {
+			return false
+		}
+	}
+	answered := 0
+	for i := 1; i < len(have); i++ {
+		if !errors.Is(have[i].Err, device.ErrNotFound) {
+			return false
+		}
+		answered++
+	}
+	if w > 1 && answered != 2*(w-1) {
+		return false // not every device past the primary was asked
+	}
+	ops := []mechanism.Op{{Dev: k.Primary, Op: device.Op{Kind: device.OpRetrieve, Key: k.Data()}}}
+	a.env.Do(ctx, ops)
+	if ops[0].Hidden == nil {
+		return false
+	}
+	v, err := format.Decode(ops[0].Hidden)
+	if err != nil || (k.Want != 0 && v.Version != k.Want) {
+		return false
+	}
+	if _, ok := a.byRM[v.RM]; !ok {
+		return false
+	}
+	if !mechanism.DryRunning(ctx) {
+		a.env.Vouch(ctx, k.Primary, k.Data())
+	}
+	have[0] = mechanism.Piece{Dev: k.Primary, Value: v}
+	return true
 }
 
 // cutShort reports whether have[best], the newest piece found past k's
@@ -783,7 +844,7 @@ func (a *Array) markFlag(ctx context.Context, flag byte, what string) error {
 	err := writeHeaders(ctx, a.env, h, up)
 	took := 0
 	for _, i := range up {
-		if a.env.State(i) != mechanism.Failed {
+		if a.env.Writable(i) {
 			took++
 		}
 	}
@@ -1227,6 +1288,9 @@ func (a *Array) Keys(ctx context.Context, prefix []byte) ([][]byte, error) {
 }
 
 func (a *Array) keys(ctx context.Context, prefix []byte) ([][]byte, error) {
+	if err := a.listable(); err != nil {
+		return nil, err
+	}
 	lists := make([][][]byte, a.env.N())
 	errs := make([]error, a.env.N())
 	gens := make([]mechanism.Gen, a.env.N())
@@ -1234,6 +1298,9 @@ func (a *Array) keys(ctx context.Context, prefix []byte) ([][]byte, error) {
 	for i := 0; i < a.env.N(); i++ {
 		var d device.Device
 		d, gens[i] = a.env.DeviceGen(i)
+		if a.env.State(i) == mechanism.Slow {
+			continue // listed by the others, as a failed device's keys
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -1247,7 +1314,7 @@ func (a *Array) keys(ctx context.Context, prefix []byte) ([][]byte, error) {
 		case errors.Is(err, device.ErrDeviceFailed):
 			// Its keys are listed by the devices holding their other
 			// pieces, once it is marked failed.
-			if a.env.State(i) != mechanism.Failed {
+			if a.env.Answering(i) {
 				a.env.MarkFailed(i, gens[i])
 				return a.keys(ctx, prefix)
 			}

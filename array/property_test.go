@@ -10,16 +10,22 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/device/faultdev"
 	"github.com/kvarray/kvarray/device/mem"
 	"github.com/kvarray/kvarray/format"
 	"github.com/kvarray/kvarray/mechanism"
+	"github.com/kvarray/kvarray/mechanism/packing"
+	"github.com/kvarray/kvarray/mechanism/replication"
+	"github.com/kvarray/kvarray/mechanism/splitting"
 )
 
 // The property test runs random sequences of store, update, delete,
-// retrieve, asynchronous bursts, device failure, recovery, replacement,
+// retrieve, asynchronous bursts, device failure, recovery, replacement, a
+// device turning slow and fast again (a configuration without Hashing), a
+// device lying (a key's piece replaced by another key's),
 // one-off injected faults, restarts, heal and scrub against a model map,
 // and checks that the array never returns wrong bytes, never loses an
 // acknowledged value that its mechanisms can protect, acknowledges every
@@ -37,6 +43,10 @@ type modelKey struct {
 	// lost: a device holding what may have been its only copy was
 	// replaced; reads may then return any of vals, not-found or an error.
 	lost bool
+	// liedOn: devices whose piece of the key was replaced by another
+	// key's (a misdirected write): each counts as a bad piece until the
+	// key is written again.
+	liedOn map[int]bool
 }
 
 type model struct {
@@ -84,9 +94,12 @@ func propertyConfigs() []propertyConfig {
 		sizes:  paperSizes,
 	}, {
 		// Standalone: no read before write, except for huge values and
-		// once a per-call mechanism has been used.
-		name:      "standalone-splitting",
-		opts:      []Option{everyMechanism(), WithDefault("splitting")},
+		// once a per-call mechanism has been used. Without Hashing, so
+		// that a device may be slow (the test marks one: its judge,
+		// every hour, never runs).
+		name: "standalone-splitting",
+		opts: []Option{WithMechanisms(replication.New(3), splitting.New(4, 2), packing.New(4, 2, 0)), WithDefault("splitting"),
+			WithSlowDevices(SlowPolicy{Every: time.Hour})},
 		rms:       []string{"replication", "splitting", "packing"},
 		tolerates: map[string]int{"hashing": 0, "replication": 2, "splitting": 2, "packing": 2},
 		width:     map[string]int{"hashing": 1, "replication": 3, "splitting": 6, "packing": 6},
@@ -203,6 +216,7 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 		for d := range r.mems {
 			ik := format.Key([]byte(key), 0, format.KindData)
 			b, err := r.mems[d].Retrieve(ctx, ik)
+			format.Unkey(ik, b, 0)
 			v, derr := format.Decode(b)
 			t.Logf("  device %d: missed=%v del=%v piece err=%v rm=%d version=%d len=%d decode=%v", d,
 				r.a.env.MissedCount(d) > 0 && slices.ContainsFunc(r.a.env.Missed(d), func(x []byte) bool { return string(x) == string(ik) }),
@@ -255,7 +269,7 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 			for _, span := range spans(key, rm, len(v)) {
 				bad := 0
 				for _, d := range span {
-					if m.impaired[d] || d == extra {
+					if m.impaired[d] || d == extra || mk.liedOn[d] {
 						bad++
 					}
 				}
@@ -378,6 +392,9 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 				before = mk.vals
 			}
 			edited := &modelKey{}
+			if mk != nil {
+				edited.liedOn = mk.liedOn // a range write may leave split 0's other pieces
+			}
 			for _, v := range before {
 				e := modelEdit(v, off, data)
 				edited.vals, edited.rms, edited.rm = append(edited.vals, e), append(edited.rms, r.a.Mechanism(len(e))), r.a.Mechanism(len(e))
@@ -435,9 +452,55 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 				mk.vals = append(mk.vals, nil)
 				mk.rms = append(mk.rms, "")
 			}
-		case op < 80:
+		case op < 76:
 			logf(key, "step %d: check (impaired %v)", step, m.impaired)
 			check(step, key)
+		case op < 78: // a device lies: key's split-0 piece replaced by another key's
+			d := rng.IntN(n)
+			ik := format.Key([]byte(key), 0, format.KindData)
+			if m.keys[key] == nil || r.mems[d].Failed() {
+				break // an absent key's leftover piece, lied about, reads as lost
+			}
+			if _, err := r.mems[d].Retrieve(ctx, ik); err != nil {
+				break
+			}
+			other := keyNames[rng.IntN(len(keyNames))]
+			ok := format.Key([]byte(other), 0, format.KindData)
+			b, err := r.mems[d].Retrieve(ctx, ok)
+			if other == key || err != nil {
+				break
+			}
+			if err := r.mems[d].Store(ctx, ik, b); err != nil {
+				t.Fatal(err)
+			}
+			logf(key, "step %d: device %d holds %s's piece in its place", step, d, other)
+			mk := m.keys[key]
+			if mk.liedOn == nil {
+				mk.liedOn = map[int]bool{}
+			}
+			mk.liedOn[d] = true
+		case op < 80: // a device turns slow, or the slow one is fast again
+			if r.a.slow == nil {
+				break
+			}
+			if s := r.a.SlowDevices(); len(s) > 0 {
+				// As its probes would re-admit it.
+				_, err := r.a.Resync(ctx, s[0])
+				logf("*", "step %d: slow device %d fast again: %v", step, s[0], err)
+				if err == nil {
+					delete(m.impaired, s[0])
+				}
+				break
+			}
+			if d := rng.IntN(n); len(m.impaired) < maxImpaired && !m.impaired[d] {
+				r.a.slow.mu.Lock()
+				marked := r.a.markSlowLocked(d, "made slow by the property test")
+				r.a.slow.mu.Unlock()
+				if marked {
+					logf("*", "step %d: device %d slow", step, d)
+					m.impaired[d] = true
+				}
+			}
 		case op < 84: // fail a device (at most two impaired at once)
 			d := rng.IntN(n)
 			if len(m.impaired) < maxImpaired || m.impaired[d] {

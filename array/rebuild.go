@@ -114,6 +114,12 @@ func (a *Array) ReplaceDevice(ctx context.Context, i int, dev device.Device) err
 		return fmt.Errorf("replace: %w", err)
 	}
 	if dev != nil {
+		if f, ok := device.AsFencer(dev); ok && a.own != nil {
+			// Its writes are the owner's only (owner.go).
+			if err := f.Fence(ctx, fenceKey, a.own.epoch, a.own.token()); err != nil {
+				return fmt.Errorf("replace device %d: fence it: %w", i, err)
+			}
+		}
 		old := a.env.Device(i)
 		a.env.SetDevice(i, dev)
 		_ = old.Close()
@@ -145,6 +151,13 @@ func (a *Array) Resync(ctx context.Context, i int, opts ...HealOption) (RebuildR
 		return rep, fmt.Errorf("resync: %w", err)
 	}
 	rep.Name = a.env.Name(i)
+	if a.env.State(i) == mechanism.Full {
+		// Re-admitted only once it takes writes again: its misses go on
+		// being recorded until then.
+		if err := a.spaceBack(ctx, i); err != nil {
+			return rep, fmt.Errorf("resync: %w", err)
+		}
+	}
 	b, err := a.env.Device(i).Retrieve(ctx, headerKey)
 	if err != nil {
 		return rep, fmt.Errorf("resync device %d (%s): read its header: %w", i, rep.Name, err)
@@ -832,7 +845,10 @@ func (a *Array) heal(ctx context.Context, dev int, source func(emit func(healIte
 		a.hdrMu.Lock()
 		h := a.hdr
 		a.hdrMu.Unlock()
-		if err := writeHeaders(ctx, a.env, h, []int{dev}); err != nil {
+		// Not deferred with the rebuild's writes: the healthy mark is
+		// durable before the rebuild reports the device healthy (a
+		// kill -9 after it brought the device back rebuilding).
+		if err := writeHeaders(mechanism.WithoutRestoring(ctx), a.env, h, []int{dev}); err != nil {
 			a.env.SetState(dev, mechanism.Rebuilding)
 			saveAt()
 			return rep, fmt.Errorf("heal device %d: clear its rebuilding mark: %w", dev, err)

@@ -236,6 +236,7 @@ func piecesOf(a *Array, key string, origin map[string]int) string {
 				}
 				continue
 			}
+			format.Unkey(ik, raw, 0)
 			v, err := format.Decode(raw)
 			if err != nil {
 				fmt.Fprintf(&b, " [dev %d kind %x: %v]", d, kind, err)

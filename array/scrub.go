@@ -213,7 +213,7 @@ func (a *Array) scrubKeys(ctx context.Context, pieces bool, errp *error) iter.Se
 		errs := make([]error, n)
 		var srcs []iter.Seq[scanEntry]
 		for d := range n {
-			if a.env.State(d) != mechanism.Failed {
+			if a.env.Answering(d) {
 				srcs = append(srcs, a.sortedScan(ctx, d, nil, nil, false, want, &errs[d]))
 			}
 		}
@@ -305,7 +305,7 @@ func withHeld(ctx context.Context, held map[string][]int) context.Context {
 // and how many devices reported.
 func (a *Array) keysOnDevices(ctx context.Context, skip int) (keys, devs int64) {
 	for d := range a.env.N() {
-		if d == skip || a.env.State(d) == mechanism.Failed {
+		if d == skip || !a.env.Answering(d) {
 			continue
 		}
 		if info, err := a.env.Device(d).Info(ctx); err == nil {

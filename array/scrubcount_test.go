@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/format"
+	"github.com/kvarray/kvarray/mechanism"
 	"github.com/kvarray/kvarray/mechanism/replication"
 	"github.com/kvarray/kvarray/mechanism/splitting"
 )
@@ -322,5 +323,33 @@ func TestScrubWaitsForADownDevice(t *testing.T) {
 	}
 	if u := counts()[Unlocated]; u.Keys != 1 || u.Unrecoverable != 1 {
 		t.Fatalf("unlocated: %d keys, %d unrecoverable; want 1 and 1", u.Keys, u.Unrecoverable)
+	}
+}
+
+// TestScrubAgreesWithRepairWithAFailedDevice (issue 40, item 5): with a
+// device failed, a scrub without repair counts what a repair can fix, no
+// more: it counted the writes to the failed device (293 bad Packing
+// pieces, exit 1) that the repair cannot make and then did not report.
+func TestScrubAgreesWithRepairWithAFailedDevice(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, 6, hybridAll()...)
+	for i := range 60 {
+		r.mustStore(fmt.Sprintf("key-%02d", i), bytes.Repeat([]byte{byte(i)}, 1000+i*500))
+	}
+	if err := r.a.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.mems[3].Fail()
+	r.a.SetDeviceState(3, mechanism.Failed)
+	dry, err := r.a.Scrub(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wet, err := r.a.Scrub(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dry.Problems() != wet.Problems() {
+		t.Fatalf("with device 3 failed: scrub counts %d problems, scrub --repair %d (%+v / %+v)", dry.Problems(), wet.Problems(), dry.Mechanisms, wet.Mechanisms)
 	}
 }

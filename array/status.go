@@ -14,8 +14,11 @@ type DeviceStatus struct {
 	Index int    `json:"index"`
 	Name  string `json:"name"`
 	// State is "healthy", "failed", "rebuilding" (replaced, not yet
-	// rebuilt) or "degraded-behind" (serving, but with ResyncKeys keys
-	// whose writes it missed still to resync).
+	// rebuilt), "full" (read-only-full: serving reads, missing writes
+	// until space is back), "slow" (answering much more slowly than its
+	// peers: skipped, missing writes, until it is fast again) or
+	// "degraded-behind" (serving, but with
+	// ResyncKeys keys whose writes it missed still to resync).
 	State  string `json:"state"`
 	Reason string `json:"reason,omitempty"`
 	// ResyncKeys counts the keys the device's resync record lists: writes
@@ -94,10 +97,15 @@ func (a *Array) Status(ctx context.Context, opts ...StatusOption) (Status, error
 		if r := a.reason(i); r != nil {
 			ds.Reason = r.Error()
 		}
-		info, err := d.Info(ctx)
+		if why := a.slowReason(i); why != "" {
+			// Not asked: it would keep Status waiting on it.
+			ds.Reason = why
+			st.Devices = append(st.Devices, ds)
+			continue
+		}
+		info, err := a.probe(ctx, i, d, gen)
 		if err != nil {
-			if errors.Is(err, device.ErrDeviceFailed) {
-				a.env.MarkFailed(i, gen)
+			if errors.Is(err, device.ErrDeviceFailed) || errors.Is(err, device.ErrFull) {
 				ds.State = a.env.State(i).String()
 			}
 			if ds.Reason == "" {
@@ -142,4 +150,22 @@ func (a *Array) Status(ctx context.Context, opts ...StatusOption) (Status, error
 		st.Overhead = float64(st.DeviceBytes) / float64(st.UserBytes)
 	}
 	return st, nil
+}
+
+// probe asks device i (d, at generation gen) for its Info, marking it
+// failed when it cannot answer (full when it says so): what Status
+// shows, and what a replace judges by.
+func (a *Array) probe(ctx context.Context, i int, d device.Device, gen mechanism.Gen) (device.Info, error) {
+	info, err := d.Info(ctx)
+	a.env.MarkFault(i, gen, err)
+	return info, err
+}
+
+// ProbeDevice returns device i's state once it has been asked to answer,
+// as Status does: a device that fails without an operation since (its
+// directory removed, its disk gone) is failed, not healthy.
+func (a *Array) ProbeDevice(ctx context.Context, i int) mechanism.State {
+	d, gen := a.env.DeviceGen(i)
+	_, _ = a.probe(ctx, i, d, gen)
+	return a.env.State(i)
 }

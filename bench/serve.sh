@@ -15,7 +15,14 @@
 #        KVARRAY_BIN=/path/kvarray bash bench/serve.sh   (a prebuilt binary,
 #        e.g. an older commit's, to compare before and after)
 #        LOADS="set 4096 16 1 20000" bash bench/serve.sh (selected loads:
-#        test size clients pipeline requests, ';'-separated)
+#        test size clients pipeline requests, ';'-separated; tests are
+#        redis-benchmark's -t names, and zscore, zrange100 (ZRANGE 0 99
+#        WITHSCORES) and zrangebyscore on the set zadd fills; xadd,
+#        xaddtrim (MAXLEN ~ 10000) and xrange100 (XRANGE - + COUNT 100 on
+#        the stream xadd fills), e.g. LOADS="xadd 16 16 1 20000; xaddtrim
+#        16 50 16 50000; xrange100 16 16 1 5000"); evalsha_getset, EVALSHA
+#        of a script doing one GET and one SET, and evalsha_release, EVALSHA
+#        of redis-py's Lock release script, on random keys)
 # Needs redis-server and redis-benchmark. Takes about 3 minutes.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,14 +46,36 @@ run() {
   local c0 w0 rps c1 w1
   c0=$(cpu "$pid")
   w0=$(wbytes "$pid")
-  rps=$(redis-benchmark -p "$port" -t "$t" -d "$d" -c "$c" -P "$p" -n "$n" -r 100000 --csv 2>/dev/null |
+  # Loads redis-benchmark has no -t test for: a command of their own,
+  # on the sorted set its zadd test fills (myzset, element:N members).
+  local what=(-t "$t")
+  case $t in
+  zscore) what=(ZSCORE myzset element:__rand_int__) ;;
+  zrange100) what=(ZRANGE myzset 0 99 WITHSCORES) ;;
+  zrangebyscore) what=(ZRANGEBYSCORE myzset 0 50000 LIMIT 0 10) ;;
+  evalsha_getset) what=(EVALSHA "$sha_getset" 1 key:__rand_int__ v) ;;
+  evalsha_release) what=(EVALSHA "$sha_release" 1 key:__rand_int__ v) ;;
+  xadd) what=(XADD mystream '*' f __rand_int__) ;;
+  xaddtrim) what=(XADD mystream MAXLEN '~' 10000 '*' f __rand_int__) ;;
+  xrange100) what=(XRANGE mystream - + COUNT 100) ;;
+  esac
+  rps=$(redis-benchmark -p "$port" -d "$d" -c "$c" -P "$p" -n "$n" -r 100000 --csv "${what[@]}" 2>/dev/null |
     grep -v '^"test"' | head -n 1 | cut -d, -f2 | tr -d '"')
   c1=$(cpu "$pid")
   w1=$(wbytes "$pid")
   python3 -c "print($rps, ($c1-$c0)*1000/$ticks/$n, ($w1-$w0)/$n)"
 }
 
-loads=${LOADS:-"set 4096 16 1 20000; set 4096 50 16 50000; get 4096 16 1 50000; set 65536 16 1 3000"}
+# The scripts the evalsha loads call, loaded into both servers (the same
+# SHA1 on both): one GET and one SET, and redis-py's Lock release.
+getset="redis.call('get', KEYS[1]); return redis.call('set', KEYS[1], ARGV[1])"
+release="local token = redis.call('get', KEYS[1]) if not token or token ~= ARGV[1] then return 0 end redis.call('del', KEYS[1]) return 1"
+for port in $kport $rport; do
+  sha_getset=$(redis-cli -p "$port" SCRIPT LOAD "$getset")
+  sha_release=$(redis-cli -p "$port" SCRIPT LOAD "$release")
+done
+
+loads=${LOADS:-"set 4096 16 1 20000; set 4096 50 16 50000; get 4096 16 1 50000; set 65536 16 1 3000; zadd 16 16 1 20000; zadd 16 50 16 50000; zscore 16 16 1 50000; zrange100 16 16 1 5000; zrangebyscore 16 16 1 20000; set 1 16 1 20000; evalsha_getset 1 16 1 20000; evalsha_release 1 16 1 20000"}
 printf '%-22s %10s %10s %6s %10s %10s %11s %11s\n' LOAD KVARRAY/S REDIS/S RATIO KV_CPU/OP RD_CPU/OP KV_DISK/OP RD_DISK/OP
 IFS=';' read -ra list <<<"$loads"
 for load in "${list[@]}"; do

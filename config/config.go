@@ -87,6 +87,16 @@ type Config struct {
 	// compacts the Packing sets deletes thinned. 0 disables both;
 	// one-shot CLI commands never run them.
 	AutoResync Duration `yaml:"auto_resync,omitempty"`
+	// Slow tunes how a long-running process (kvarray serve) finds a
+	// device much slower than its peers and skips it until it is fast
+	// again (array.WithSlowDevices, docs/healing.md). Absent: the
+	// defaults; one-shot CLI commands never judge devices slow.
+	Slow *Slow `yaml:"slow,omitempty"`
+	// Lease is how long the process that opens the array owns it without
+	// renewing (array.WithOwner): another host's process is refused
+	// until it expires, unless started with --takeover. Default (0):
+	// array.DefaultLease.
+	Lease Duration `yaml:"lease,omitempty"`
 	// Serve holds what only `kvarray serve` reads: authentication, TLS,
 	// metrics and logs (serve.go). Its keys are top-level, as Redis's.
 	Serve Serve `yaml:",inline"`
@@ -97,6 +107,44 @@ type Config struct {
 	// dir is the directory relative pebble paths are relative to; empty
 	// means the process's working directory.
 	dir string
+	// takeover: open the array even if another owner's lease is live
+	// (SetTakeover).
+	takeover bool
+}
+
+// Slow is the fail-slow policy (array.SlowPolicy); zero fields take its
+// defaults.
+type Slow struct {
+	// Off: no device is ever judged slow.
+	Off bool `yaml:"off,omitempty"`
+	// Ratio: slow when its latency passes this many times its peers'.
+	Ratio float64 `yaml:"ratio,omitempty"`
+	// Floor: never slow under this latency.
+	Floor Duration `yaml:"floor,omitempty"`
+	// Ceiling: slow past this latency whatever the ratio (while twice
+	// its peers').
+	Ceiling Duration `yaml:"ceiling,omitempty"`
+}
+
+// SetTakeover makes the array's open take it over from another owner
+// whose lease is live (serve --takeover).
+func (c *Config) SetTakeover(on bool) { c.takeover = on }
+
+// Owner is who opens the array with this config: this host and the
+// config's directory, so that a process started again from the same
+// place after a crash need not wait for its own lease, and a process
+// from anywhere else must.
+func (c *Config) Owner() array.Owner {
+	host, _ := os.Hostname()
+	dir := c.dir
+	if dir == "" {
+		dir, _ = os.Getwd()
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	return array.Owner{ID: host + ":" + dir, Process: fmt.Sprintf("pid %d", os.Getpid()),
+		Lease: time.Duration(c.Lease), Takeover: c.takeover}
 }
 
 // Threshold is one hybrid-mode rule.
@@ -347,6 +395,7 @@ func (c *Config) Options() []array.Option {
 		array.WithMechanisms(d.factories()...),
 		array.WithMaxValue(int64(d.MaxValue)),
 		array.WithValueCache(int64(*d.ValueCache), int(ValueCacheMax)),
+		array.WithOwner(c.Owner()),
 	}
 	if t := d.Tiny; t != nil {
 		opts = append(opts, array.WithTiny(array.Tiny{Max: int(t.Max), Buckets: t.Buckets, RM: "packing"}))
@@ -362,9 +411,16 @@ func (c *Config) Options() []array.Option {
 }
 
 // ServeOptions are Options plus what only a long-running process wants
-// (the automatic resync).
+// (the automatic resync, fail-slow detection).
 func (c *Config) ServeOptions() []array.Option {
-	return append(c.Options(), array.WithAutoResync(time.Duration(c.AutoResync)))
+	opts := append(c.Options(), array.WithAutoResync(time.Duration(c.AutoResync)))
+	switch s := c.Slow; {
+	case s == nil:
+		opts = append(opts, array.WithSlowDevices(array.SlowPolicy{}))
+	case !s.Off:
+		opts = append(opts, array.WithSlowDevices(array.SlowPolicy{Ratio: s.Ratio, Floor: time.Duration(s.Floor), Ceiling: time.Duration(s.Ceiling)}))
+	}
+	return opts
 }
 
 // Marshal encodes the config as YAML, one device per line and one

@@ -39,6 +39,9 @@ func TestMalformed(t *testing.T) {
 		{"negative size", devs + "max_value: -1\n", []string{"line 2", `size "-1"`}},
 		{"bad value cache", devs + "value_cache: lots\n", []string{"line 2", `size "lots"`}},
 		{"bad duration", devs + "packing: {k: 2, r: 1, wait: soon}\n", []string{"line 2", `duration "soon"`}},
+		{"slow ratio under 1", devs + "slow: {ratio: 0.5}\n", []string{"slow: ratio must be at least 1"}},
+		{"slow negative floor", devs + "slow: {floor: -1s}\n", []string{"slow: ratio must be at least 1, floor and ceiling not negative"}},
+		{"slow unknown field", devs + "slow: {threshold: 2}\n", []string{`line 2: unknown field "threshold"`}},
 		{"syntax", devs + "mode: [hybrid\n", []string{"line"}},
 		{"two documents", devs + "---\n" + devs, []string{"more than one YAML document"}},
 		{"unknown mode", devs + "mode: raid\n", []string{`mode "raid": want standalone or hybrid`}},
@@ -433,8 +436,8 @@ func TestTiny(t *testing.T) {
 	}
 	// Fewer device keys than values: each value would take at least one
 	// of its own (three with replication), the buckets take 8 and their
-	// sets' parities.
-	if keys >= 50 {
+	// sets' parities (and each device its header and the owner's lease).
+	if keys >= 50+int64(len(st.Devices)) {
 		t.Fatalf("%d device keys for 50 tiny values in 8 buckets", keys)
 	}
 }

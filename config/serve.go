@@ -20,6 +20,12 @@ type Serve struct {
 	// Users are ACL users besides the default one, each with a password
 	// and a role.
 	Users []User `yaml:"users,omitempty"`
+	// ACLFile is Redis's aclfile: the ACL users, one a line ("user NAME
+	// RULES...", passwords as SHA-256 hashes), read at start if it exists,
+	// written by ACL SAVE and read again by ACL LOAD. Relative to the
+	// config file's directory. Not with Users (as Redis refuses users in
+	// redis.conf together with an aclfile).
+	ACLFile string `yaml:"aclfile,omitempty"`
 	// ProtectedMode refuses to listen beyond loopback while the default
 	// user has no password (Redis's protected-mode). Default: true.
 	ProtectedMode *bool `yaml:"protected_mode,omitempty"`
@@ -33,6 +39,11 @@ type Serve struct {
 	// MetricsListen is the address of the Prometheus /metrics listener
 	// (the --metrics-listen flag overrides it); empty: none.
 	MetricsListen string `yaml:"metrics_listen,omitempty"`
+	// MetricsToken, when set, is the bearer token a scraper must send
+	// (Authorization: Bearer TOKEN) to read /metrics. serve refuses a
+	// metrics_listen reachable beyond loopback without one: the metrics
+	// name devices, paths and clients.
+	MetricsToken string `yaml:"metrics_token,omitempty"`
 	// LogFormat is "text" (default) or "json": the format of serve's
 	// event log on standard error.
 	LogFormat string `yaml:"log_format,omitempty"`
@@ -42,7 +53,7 @@ type Serve struct {
 type User struct {
 	Name     string `yaml:"name"`
 	Password string `yaml:"password"`
-	// Role is "data" (data commands only: no KVARRAY.*, FLUSHALL,
+	// Role is "data" (data commands only: no KVARRAY.*, FLUSHALL, SWAPDB,
 	// FLUSHDB, CONFIG SET, SHUTDOWN, DEBUG) or "admin" (every command).
 	Role string `yaml:"role"`
 }
@@ -72,6 +83,9 @@ func (s *Serve) validate(p *problems) {
 			p.add("users[%d] (%s): role %q: want %q or %q", i, u.Name, u.Role, RoleData, RoleAdmin)
 		}
 	}
+	if s.ACLFile != "" && len(s.Users) > 0 {
+		p.add("aclfile and users: define the ACL users in one of them (ACL SAVE writes the users, presets included, to the aclfile)")
+	}
 	if s.TLSPort < 0 || s.TLSPort > 65535 {
 		p.add("tls_port %d: want a port, 1 to 65535 (0: no TLS)", s.TLSPort)
 	}
@@ -94,7 +108,7 @@ func (s *Serve) validate(p *problems) {
 // Protected reports whether protected mode is on (the default).
 func (s *Serve) Protected() bool { return s.ProtectedMode == nil || *s.ProtectedMode }
 
-// Path resolves a file path of the config (TLS files) against the config
+// Path resolves a file path of the config (TLS files, aclfile) against the config
 // file's directory.
 func (c *Config) Path(p string) string {
 	if p == "" || filepath.IsAbs(p) || c.dir == "" {

@@ -45,6 +45,7 @@ log_format: json
 		{"users: [{name: app, password: p, role: root}]\n", `role "root": want "data" or "admin"`},
 		{"users: [{name: default, password: p, role: data}]\n", `user "default" listed twice`},
 		{"users: [{name: a b, password: p, role: data}]\n", `name "a b"`},
+		{"aclfile: users.acl\nusers: [{name: app, password: p, role: data}]\n", "aclfile and users: define the ACL users in one of them"},
 		{"tls_port: 6390\n", "tls_port 6390 needs tls_cert_file and tls_key_file"},
 		{"tls_port: 70000\ntls_cert_file: a\ntls_key_file: b\n", "tls_port 70000"},
 		{"tls_cert_file: a\n", "need tls_port"},

@@ -36,6 +36,16 @@ var (
 	ErrValueTooLarge = errors.New("value too large")
 	// ErrNoSpace: storing the value would exceed the device capacity.
 	ErrNoSpace = errors.New("device full")
+	// ErrFull: the device takes no writes at all until space is freed (a
+	// file system out of space, a Redis server at its maxmemory): unlike
+	// ErrNoSpace alone, which refuses one value, it says the device is
+	// read-only-full. Reads are still served. Errors wrapping it wrap
+	// ErrNoSpace too.
+	ErrFull = errors.New("no space left")
+	// ErrReopen: space is back on a device that went read-only-full, but
+	// this device object cannot write again: it must be opened anew
+	// (SpaceProber).
+	ErrReopen = errors.New("space is back: the device must be opened again")
 	// ErrDeviceFailed: the device cannot serve requests (failed, closed,
 	// unreachable, timed out). Nothing about the key can be concluded.
 	ErrDeviceFailed = errors.New("device failed")
@@ -211,6 +221,32 @@ func (l Limits) CheckValue(value []byte) error {
 		return fmt.Errorf("value of %d bytes, maximum %d: %w", len(value), l.MaxValueLen, ErrValueTooLarge)
 	}
 	return nil
+}
+
+// SpaceProber is an optional interface of devices that know better than
+// a trial write whether they have space again after ErrFull: nil once
+// writes would be taken, an error wrapping ErrFull while not, or one
+// wrapping ErrReopen when the space is back but the device object stays
+// read-only (a Pebble instance that met ENOSPC), so that its owner opens
+// it again. A device without it is probed by a small write.
+type SpaceProber interface {
+	ProbeSpace(ctx context.Context) error
+}
+
+// AsSpaceProber returns the SpaceProber under d's decorators (each
+// exposing Unwrap() Device), if any.
+func AsSpaceProber(d Device) (SpaceProber, bool) {
+	for d != nil {
+		if p, ok := d.(SpaceProber); ok {
+			return p, true
+		}
+		u, ok := d.(interface{ Unwrap() Device })
+		if !ok {
+			return nil, false
+		}
+		d = u.Unwrap()
+	}
+	return nil, false
 }
 
 // Deferred is an optional interface of devices whose writes can be made

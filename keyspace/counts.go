@@ -65,6 +65,9 @@ type state struct {
 	raw    bool
 	head   int
 	length int64
+	// typ and ver: the value's type and version (Value.Type, Value.Ver).
+	typ byte
+	ver uint64
 }
 
 // tally is one recount's progress in its key order.
@@ -199,6 +202,11 @@ func (t *tally) passed(k []byte) bool {
 // length only (a range read), not the value.
 func (s *Store) before(ctx context.Context, p int, key []byte) state {
 	got, total, err := s.A.RetrieveRanges(ctx, RawKey(p, key), array.Range{Len: headLen})
+	if err == nil && len(got[0]) > 0 && got[0][0]&tagVersion != 0 {
+		// A collection's version follows: the rare second read of a
+		// write that replaces or deletes a collection with elements.
+		got, total, err = s.A.RetrieveRanges(ctx, RawKey(p, key), array.Range{Len: headVerLen})
+	}
 	switch {
 	case errors.Is(err, array.ErrNotFound):
 		return state{}
@@ -209,7 +217,7 @@ func (s *Store) before(ctx context.Context, p int, key []byte) state {
 	if err != nil {
 		return state{exists: true, foreign: true} // not ours, but listed as a key
 	}
-	return state{exists: true, at: v.At, raw: v.Raw, head: n, length: total - int64(n)}
+	return state{exists: true, at: v.At, raw: v.Raw, head: n, length: total - int64(n), typ: v.Type, ver: v.Ver}
 }
 
 // write reads the state of key of db byte p, runs fn with it — a write

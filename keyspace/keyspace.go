@@ -6,12 +6,15 @@
 //   - An array key is one database byte followed by the Redis key:
 //     db ‖ key, db in 0..MaxDatabases-1. The byte Internal (0xFF) is no
 //     database: it holds kvarray's own records (the expiry index,
-//     transaction intents, the database map, the key counts a clean
+//     transaction intents, the database map, the function libraries, the key counts a clean
 //     shutdown saved: counts.go), so no Redis key can collide with them.
 //   - An array value is a one-byte tag followed, when the tag has
 //     tagExpiry, by the expire-at time (Unix milliseconds, big-endian, 8
-//     bytes), then the Redis value. Tag bit tagRaw is the encoding flag
-//     (Value.Raw); values written before it existed have it clear. The expiry is bytes of the value: it is stored, checked,
+//     bytes), when it has tagVersion by the value's version (8 bytes,
+//     big-endian), then the Redis value. Tag bit tagRaw is the encoding flag
+//     (Value.Raw); values written before it existed have it clear. Tag
+//     bits 2-4 are the value's type (Value.Type: 0 a string, others
+//     collections: elements.go). The expiry is bytes of the value: it is stored, checked,
 //     replicated, split, rebuilt and resynced exactly as the value is, so
 //     it survives restarts, rebuilds and mechanism changes with no extra
 //     work, and a value and its expiry can never disagree.
@@ -33,15 +36,19 @@
 package keyspace
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/internal/fanout"
 )
 
 const (
@@ -60,13 +67,19 @@ const (
 	KeyOverhead   = 11
 	ValueOverhead = 9
 
-	tagPlain  = 0
-	tagExpiry = 1 << 0
-	tagRaw    = 1 << 1
+	tagPlain   = 0
+	tagExpiry  = 1 << 0
+	tagRaw     = 1 << 1
+	tagType    = 7 << 2
+	tagVersion = 1 << 5
+	tagKnown   = tagExpiry | tagRaw | tagType | tagVersion
+	typeShift  = 2
 
 	recExpiry = 'e'
 	recIntent = 't'
 	recDBMap  = 'm'
+	recFuncs  = 'f'
+	recName   = 'n'
 	// bucketShift: index buckets are 2^8 ms, one byte of the expire-at.
 	bucketShift = 8
 )
@@ -78,12 +91,116 @@ var ErrBadValue = errors.New("keyspace: value not in the keyspace format")
 // ErrBadDB is a database number out of range.
 var ErrBadDB = errors.New("keyspace: database out of range")
 
-// RawKey is the array key of Redis key key under db byte db.
+// Long keys. A Redis key longer than NameLen bytes is stored under its
+// name: its first NameLen-32 bytes, then its SHA-256 (NameLen bytes in
+// all, so its array key and expiry index entry fit the devices' limits);
+// the whole key is kept in a name record (Internal, 'n', the db byte,
+// the name), written before the key's value, so that a listing (SCAN,
+// KEYS, the expiry index) turns a name back into the key (FullKey).
+// Invariants:
+//   - The mapping is idempotent: keys of at most NameLen bytes are their
+//     own names, so a key taken from a listing (a name) maps to itself,
+//     and code below the server may pass names and keys alike.
+//   - A listed key of NameLen bytes is a name when a name record holds
+//     it, else a key of exactly NameLen bytes.
+//   - Two long keys share a name only with a SHA-256 collision. A key of
+//     exactly NameLen bytes equal to a long key's name (made on purpose:
+//     it ends in that key's digest) is that key, and a write of it is
+//     refused (ErrKeyCollision) once the long key exists.
+const NameLen = 241
+
+// digestLen is the SHA-256 a name ends with.
+const digestLen = sha256.Size
+
+// ErrKeyCollision: a key's name is another key's (see NameLen).
+var ErrKeyCollision = errors.New("keyspace: the key's name is another key's")
+
+// Name is the name key is stored under (see NameLen).
+func Name(key []byte) []byte {
+	if len(key) <= NameLen {
+		return key
+	}
+	sum := sha256.Sum256(key)
+	return append(slices.Clip(key[:NameLen-digestLen:NameLen-digestLen]), sum[:]...)
+}
+
+// RawKey is the array key of Redis key key under db byte db: the db byte
+// and the key's name. Under Internal (a collection's element) key is the
+// rest of the array key as it is.
 func RawKey(db int, key []byte) []byte {
+	if db != Internal {
+		key = Name(key)
+	}
 	k := make([]byte, 1+len(key))
 	k[0] = byte(db)
 	copy(k[1:], key)
 	return k
+}
+
+// PrefixKey is the array key prefix under which db byte db's keys that
+// start with prefix are listed: a prefix longer than what names keep of
+// their key is cut there (callers match the full keys).
+func PrefixKey(db int, prefix []byte) []byte {
+	return RawKey(db, prefix[:min(len(prefix), NameLen-digestLen)])
+}
+
+// nameRecord is the array key of the name record of name nm under db
+// byte p.
+func nameRecord(p int, nm []byte) []byte {
+	return append([]byte{Internal, recName, byte(p)}, nm...)
+}
+
+// FullKey is the Redis key that k, a key of db byte p as a listing gives
+// it (a name), stands for: k itself unless a name record says otherwise.
+func (s *Store) FullKey(ctx context.Context, p int, k []byte) ([]byte, error) {
+	if len(k) != NameLen {
+		return k, nil
+	}
+	full, err := s.A.Retrieve(ctx, nameRecord(p, k))
+	switch {
+	case err == nil:
+		return full, nil
+	case errors.Is(err, array.ErrNotFound):
+		return k, nil
+	}
+	return nil, fmt.Errorf("keyspace: reading the name record of a long key: %w", err)
+}
+
+// FullKeys is FullKey of each of keys, in place, read concurrently.
+func (s *Store) FullKeys(ctx context.Context, db int, keys [][]byte) error {
+	p := s.Phys(db)
+	return fanout.Each(len(keys), 32, func(i int) error {
+		if len(keys[i]) != NameLen {
+			return nil
+		}
+		var err error
+		keys[i], err = s.FullKey(ctx, p, keys[i])
+		return err
+	})
+}
+
+// name writes the name record of key of db byte p, if it has one, or
+// refuses a key that is another's name.
+func (s *Store) name(ctx context.Context, p int, key []byte) error {
+	if len(key) < NameLen {
+		return nil
+	}
+	nm := Name(key)
+	full, err := s.A.Retrieve(ctx, nameRecord(p, nm))
+	switch {
+	case err == nil && bytes.Equal(full, key):
+		return nil
+	case err == nil:
+		return fmt.Errorf("key of %d bytes (%q…): its name is that of a key of %d bytes: %w", len(key), key[:32], len(full), ErrKeyCollision)
+	case !errors.Is(err, array.ErrNotFound):
+		return fmt.Errorf("keyspace: reading the name record of a long key: %w", err)
+	case len(key) == NameLen:
+		return nil // a key of exactly NameLen bytes that is no name
+	}
+	if err := s.A.Store(ctx, nameRecord(p, nm), key); err != nil {
+		return fmt.Errorf("keyspace: storing the name record of a long key: %w", err)
+	}
+	return nil
 }
 
 // Value is a Redis value as the keyspace stores it.
@@ -96,6 +213,12 @@ type Value struct {
 	// is replaced. It is part of the value (one tag bit), so it survives
 	// restarts like the bytes do.
 	Raw bool
+	// Type is the value's Redis type: TypeString, or a collection's
+	// (elements.go). Ver, of a collection whose elements are array values
+	// of their own, is the version their keys hold (ElementKey); 0 for
+	// none.
+	Type byte
+	Ver  uint64
 }
 
 // EncodeValue is the array value of v.
@@ -104,13 +227,23 @@ func EncodeValue(v Value) []byte {
 	if v.At != 0 {
 		tag, n = tagExpiry, 9
 	}
+	if v.Ver != 0 {
+		tag |= tagVersion
+		n += 8
+	}
 	if v.Raw {
 		tag |= tagRaw
 	}
+	tag |= v.Type << typeShift & tagType
 	b := make([]byte, n+len(v.V))
 	b[0] = tag
+	o := 1
 	if v.At != 0 {
-		binary.BigEndian.PutUint64(b[1:9], uint64(v.At))
+		binary.BigEndian.PutUint64(b[o:o+8], uint64(v.At))
+		o += 8
+	}
+	if v.Ver != 0 {
+		binary.BigEndian.PutUint64(b[o:o+8], v.Ver)
 	}
 	copy(b[n:], v.V)
 	return b
@@ -118,46 +251,60 @@ func EncodeValue(v Value) []byte {
 
 // DecodeValue reverses EncodeValue. The value's bytes alias b.
 func DecodeValue(b []byte) (Value, error) {
-	if len(b) < 1 || b[0]&^(tagExpiry|tagRaw) != 0 {
-		return Value{}, ErrBadValue
+	v, n, err := DecodeHead(b)
+	if err != nil {
+		return Value{}, err
 	}
-	v := Value{Raw: b[0]&tagRaw != 0}
-	if b[0]&tagExpiry == 0 {
-		v.V = b[1:]
-		return v, nil
-	}
-	if len(b) < 9 {
-		return Value{}, ErrBadValue
-	}
-	v.At, v.V = int64(binary.BigEndian.Uint64(b[1:9])), b[9:]
+	v.V = b[n:]
 	return v, nil
 }
 
 // headLen is how many bytes of an array value hold its keyspace header at
-// most (the tag and an expire-at): a range read of them is enough to decode
-// the header (DecodeHead).
-const headLen = 9
+// most but for a version (the tag and an expire-at): a range read of them
+// is enough to decode the header of a value without one (a string's),
+// headVerLen of any.
+const (
+	headLen    = 9
+	headVerLen = 17
+)
+
+// errShortHead: the bytes given end before the header does.
+var errShortHead = fmt.Errorf("header cut short: %w", ErrBadValue)
 
 // DecodeHead decodes the keyspace header at the start of an array value
-// (b: its first bytes, at least headLen when the value has that many) and
-// returns it (V nil) and its length: the offset of the Redis value's bytes.
+// (b: its first bytes, at least headVerLen when the value has that many)
+// and returns it (V nil) and its length: the offset of the Redis value's
+// bytes.
 func DecodeHead(b []byte) (Value, int, error) {
-	if len(b) < 1 || b[0]&^(tagExpiry|tagRaw) != 0 {
+	if len(b) < 1 || b[0]&^tagKnown != 0 {
 		return Value{}, 0, ErrBadValue
 	}
-	v := Value{Raw: b[0]&tagRaw != 0}
-	if b[0]&tagExpiry == 0 {
-		return v, 1, nil
+	v := Value{Raw: b[0]&tagRaw != 0, Type: b[0] & tagType >> typeShift}
+	n := 1
+	if b[0]&tagExpiry != 0 {
+		n += 8
 	}
-	if len(b) < 9 {
-		return Value{}, 0, ErrBadValue
+	if b[0]&tagVersion != 0 {
+		n += 8
 	}
-	v.At = int64(binary.BigEndian.Uint64(b[1:9]))
-	return v, 9, nil
+	if len(b) < n {
+		return Value{}, 0, errShortHead
+	}
+	o := 1
+	if b[0]&tagExpiry != 0 {
+		v.At = int64(binary.BigEndian.Uint64(b[o : o+8]))
+		o += 8
+	}
+	if b[0]&tagVersion != 0 {
+		v.Ver = binary.BigEndian.Uint64(b[o : o+8])
+	}
+	return v, n, nil
 }
 
-// ExpiryKey is the index entry of db's key expiring at at.
+// ExpiryKey is the index entry of db's key expiring at at (under the
+// key's name).
 func ExpiryKey(at int64, db int, key []byte) []byte {
+	key = Name(key)
 	k := make([]byte, 2+8+1+len(key))
 	k[0], k[1] = Internal, recExpiry
 	binary.BigEndian.PutUint64(k[2:10], uint64(at))
@@ -166,7 +313,7 @@ func ExpiryKey(at int64, db int, key []byte) []byte {
 	return k
 }
 
-// ParseExpiryKey reverses ExpiryKey.
+// ParseExpiryKey reverses ExpiryKey, to the key's name.
 func ParseExpiryKey(k []byte) (at int64, db int, key []byte, ok bool) {
 	if len(k) < 12 || k[0] != Internal || k[1] != recExpiry {
 		return 0, 0, nil, false
@@ -194,6 +341,10 @@ func ExpiryPrefix() []byte { return []byte{Internal, recExpiry} }
 // IntentKey is the array key of transaction intent id.
 func IntentKey(id []byte) []byte { return append([]byte{Internal, recIntent}, id...) }
 
+// FunctionsKey is the array key of the server's function libraries
+// (FUNCTION LOAD), one record holding them all.
+func FunctionsKey() []byte { return []byte{Internal, recFuncs} }
+
 // IntentPrefix is the prefix of every intent record.
 func IntentPrefix() []byte { return []byte{Internal, recIntent} }
 
@@ -209,8 +360,9 @@ type Store struct {
 	// phys[db] is the db byte of database db; logical is its inverse.
 	phys    []byte
 	logical map[byte]int
-	mapErr  error  // why the database map could not be read
-	cnt     counts // counts.go
+	mapErr  error   // why the database map could not be read
+	cnt     counts  // counts.go
+	gc      gcStats // elements.go
 }
 
 // Open returns the store of a's keyspace with dbs databases (1 to
@@ -311,22 +463,24 @@ func (s *Store) Swap(ctx context.Context, x, y int) error {
 }
 
 // Limits are the largest Redis key and value the array can hold under
-// this mapping.
+// this mapping: a key of any length up to the largest value when the
+// devices take names (NameLen), else as long as they take.
 func (s *Store) Limits() (maxKey int, maxValue int64) {
 	k, v := s.A.Limits()
-	return k - KeyOverhead, v - ValueOverhead
+	maxKey, maxValue = k-KeyOverhead, v-ValueOverhead
+	if maxKey >= NameLen {
+		maxKey = int(min(maxValue, math.MaxInt32))
+	}
+	return maxKey, maxValue
 }
 
 // CheckKey rejects a key the mapping cannot hold, with the array's
-// sentinels: keys are 1 to Limits() bytes.
+// sentinel: keys are 0 to Limits() bytes (the empty key is its database
+// byte alone in the array).
 func (s *Store) CheckKey(key []byte) error {
 	maxKey, _ := s.Limits()
-	if len(key) == 0 {
-		return fmt.Errorf("the empty key: keys are 1 to %d bytes: %w", maxKey, array.ErrKeyTooShort)
-	}
 	if len(key) > maxKey {
-		return fmt.Errorf("key of %d bytes (%q…), maximum %d (the array's %d less %d for the database and expiry index): %w",
-			len(key), key[:min(len(key), 32)], maxKey, maxKey+KeyOverhead, KeyOverhead, array.ErrKeyTooLong)
+		return fmt.Errorf("key of %d bytes (%q…), maximum %d: %w", len(key), key[:min(len(key), 32)], maxKey, array.ErrKeyTooLong)
 	}
 	return nil
 }
@@ -354,9 +508,13 @@ func (s *Store) Load(ctx context.Context, db int, key []byte) (Value, error) {
 	return v, err
 }
 
-// Get is Load's bytes and expire-at.
+// Get is Load's bytes and expire-at, of a string: ErrWrongType (wrapped)
+// for a collection.
 func (s *Store) Get(ctx context.Context, db int, key []byte) (v []byte, at int64, err error) {
 	val, err := s.Load(ctx, db, key)
+	if err == nil && val.Type != TypeString {
+		return nil, 0, fmt.Errorf("key %q in db %d: %w", key, db, ErrWrongType)
+	}
 	return val.V, val.At, err
 }
 
@@ -377,7 +535,13 @@ func (s *Store) Save(ctx context.Context, db int, key []byte, v Value, opts ...a
 // Delete removes key and reports whether it existed (an expired key not
 // yet reclaimed is removed and reported absent).
 func (s *Store) Delete(ctx context.Context, db int, key []byte) (existed bool, err error) {
-	old, err := s.remove(ctx, s.Phys(db), key, nil)
+	return s.DeleteKeep(ctx, db, key, false)
+}
+
+// DeleteKeep is Delete; keep says a collection's elements moved to
+// another key with its value (Op.Keep).
+func (s *Store) DeleteKeep(ctx context.Context, db int, key []byte, keep bool) (existed bool, err error) {
+	old, err := s.remove(ctx, s.Phys(db), key, keep, nil)
 	return old.exists && !old.unknown && !Expired(old.at, NowMs()), err
 }
 
@@ -386,7 +550,7 @@ func (s *Store) Delete(ctx context.Context, db int, key []byte) (existed bool, e
 // the caller holds the key's lock). A value not in the keyspace's format
 // is not its to delete.
 func (s *Store) DeleteExpired(ctx context.Context, db int, key []byte, now int64) (bool, error) {
-	old, err := s.remove(ctx, s.Phys(db), key, func(old state) error {
+	old, err := s.remove(ctx, s.Phys(db), key, false, func(old state) error {
 		switch {
 		case old.unknown:
 			return old.err
@@ -398,17 +562,35 @@ func (s *Store) DeleteExpired(ctx context.Context, db int, key []byte, now int64
 	return err == nil && old.exists && !old.foreign && Expired(old.at, now), err
 }
 
-// remove deletes key of db byte p, if check (nil: always) agrees.
-func (s *Store) remove(ctx context.Context, p int, key []byte, check func(old state) error) (state, error) {
+// remove deletes key of db byte p, if check (nil: always) agrees. The
+// elements of a collection it deletes become garbage (elements.go),
+// unless keep (they moved to another key with its value).
+func (s *Store) remove(ctx context.Context, p int, key []byte, keep bool, check func(old state) error) (state, error) {
 	return s.write(ctx, p, key, func(old state) (state, error) {
 		if check != nil {
 			if err := check(old); err != nil {
 				return old, err
 			}
 		}
+		if old.ver != 0 {
+			discard := s.discard
+			if keep {
+				discard = func(ctx context.Context, ver uint64, _ int, _ []byte) error { return s.keepVersion(ctx, ver) }
+			}
+			if err := discard(ctx, old.ver, p, key); err != nil {
+				return old, err
+			}
+		}
 		err := s.A.Delete(ctx, RawKey(p, key))
 		if errors.Is(err, array.ErrNotFound) {
 			err = nil
+		}
+		if err == nil && len(key) > NameLen {
+			// After the value: a crash between leaves a record no key
+			// names, which a later store of the key writes again.
+			if err := s.A.Delete(ctx, nameRecord(p, Name(key))); err != nil && !errors.Is(err, array.ErrNotFound) {
+				return state{}, fmt.Errorf("keyspace: deleting the name record of a long key: %w", err)
+			}
 		}
 		return state{}, err
 	}, true, true)
@@ -423,17 +605,21 @@ func (s *Store) Exists(ctx context.Context, db int, key []byte) (bool, error) {
 	return err == nil, err
 }
 
-// Keys lists db's keys that start with prefix, in byte order. It reads no
-// values: keys that expired but are not yet reclaimed are listed.
+// Keys lists db's keys that start with prefix, in byte order of their
+// names. It reads no values (a long key's name record only): keys that
+// expired but are not yet reclaimed are listed.
 func (s *Store) Keys(ctx context.Context, db int, prefix []byte) ([][]byte, error) {
-	aks, err := s.A.Keys(ctx, s.Key(db, prefix))
+	aks, err := s.A.Keys(ctx, PrefixKey(s.Phys(db), prefix))
 	if err != nil {
 		return nil, err
 	}
 	for i, ak := range aks {
 		aks[i] = ak[1:]
 	}
-	return aks, nil
+	if err := s.FullKeys(ctx, db, aks); err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(aks, func(k []byte) bool { return !bytes.HasPrefix(k, prefix) }), nil
 }
 
 // Counts is how many keys each database has (expired ones not yet
@@ -464,7 +650,11 @@ func (s *Store) ParseIndex(k []byte) (at int64, db int, key []byte, ok bool) {
 }
 
 // Op is one write of a transaction, in an intent record: a store (Val,
-// At, Using) or a delete of Key under db byte Phys.
+// At, Raw, Type, Ver, Using) or a delete of Key under db byte Phys. An op
+// with Phys Internal writes a collection's element: array key Internal ‖
+// Key, value Val as it is (no keyspace header, not counted). Keep, on a
+// delete, says the old value's elements are not garbage: they moved to
+// another key with the value (RENAME, MOVE).
 type Op struct {
 	Phys  int
 	Key   []byte
@@ -472,13 +662,25 @@ type Op struct {
 	At    int64
 	Raw   bool
 	Del   bool
+	Keep  bool
+	Type  byte
+	Ver   uint64
 	Using string // mechanism, "" for the mode's choice
 }
 
 // Op is the op that stores v (or deletes, when del) under key of db.
 func (s *Store) Op(db int, key []byte, v Value, del bool) Op {
-	return Op{Phys: s.Phys(db), Key: key, Val: v.V, At: v.At, Raw: v.Raw, Del: del}
+	return Op{Phys: s.Phys(db), Key: key, Val: v.V, At: v.At, Raw: v.Raw, Type: v.Type, Ver: v.Ver, Del: del}
 }
+
+// ElementOp is the op that stores val (or deletes, when del) under
+// element key ek (ElementKey).
+func ElementOp(ek, val []byte, del bool) Op {
+	return Op{Phys: Internal, Key: ek[1:], Val: val, Del: del}
+}
+
+// ArrayKey is the array key op writes.
+func (op Op) ArrayKey() []byte { return RawKey(op.Phys, op.Key) }
 
 // Apply performs op. It is idempotent, so an intent may be replayed any
 // number of times.
@@ -492,26 +694,41 @@ func (s *Store) Apply(ctx context.Context, op Op) error {
 
 // apply performs op and counts it (counts.go).
 func (s *Store) apply(ctx context.Context, op Op, opts []array.CallOption) error {
+	if op.Phys == Internal {
+		return s.applyElement(ctx, op, opts)
+	}
 	if op.Del {
-		_, err := s.remove(ctx, op.Phys, op.Key, nil)
+		_, err := s.remove(ctx, op.Phys, op.Key, op.Keep, nil)
 		return err
 	}
-	_, err := s.write(ctx, op.Phys, op.Key, func(state) (state, error) {
+	if err := s.name(ctx, op.Phys, op.Key); err != nil {
+		return err
+	}
+	_, err := s.write(ctx, op.Phys, op.Key, func(old state) (state, error) {
+		if old.ver != 0 && old.ver != op.Ver {
+			if err := s.discard(ctx, old.ver, op.Phys, op.Key); err != nil {
+				return state{}, err
+			}
+		}
 		if op.At != 0 {
 			if err := s.A.Store(ctx, ExpiryKey(op.At, op.Phys, op.Key), nil); err != nil {
 				return state{}, fmt.Errorf("expiry index of key %q: %w", op.Key, err)
 			}
 		}
-		v := EncodeValue(Value{V: op.Val, At: op.At, Raw: op.Raw})
-		return state{exists: true, at: op.At}, s.A.Store(ctx, RawKey(op.Phys, op.Key), v, opts...)
-	}, false, false)
+		v := EncodeValue(Value{V: op.Val, At: op.At, Raw: op.Raw, Type: op.Type, Ver: op.Ver})
+		return state{exists: true, at: op.At, typ: op.Type, ver: op.Ver}, s.A.Store(ctx, RawKey(op.Phys, op.Key), v, opts...)
+	}, false, true)
 	return err
 }
 
 // An intent op's flag bits.
 const (
-	intentDel = 1 << 0
-	intentRaw = 1 << 1
+	intentDel  = 1 << 0
+	intentRaw  = 1 << 1
+	intentKeep = 1 << 2
+	// intentTyped: the type byte and the version (uvarint) follow the
+	// expire-at (records written before collections have it clear).
+	intentTyped = 1 << 3
 )
 
 // EncodeIntent is the intent record of ops.
@@ -525,8 +742,18 @@ func EncodeIntent(ops []Op) []byte {
 		if op.Raw {
 			flag |= intentRaw
 		}
+		if op.Keep {
+			flag |= intentKeep
+		}
+		if op.Type != 0 || op.Ver != 0 {
+			flag |= intentTyped
+		}
 		b = append(b, flag, byte(op.Phys))
 		b = binary.AppendVarint(b, op.At)
+		if flag&intentTyped != 0 {
+			b = append(b, op.Type)
+			b = binary.AppendUvarint(b, op.Ver)
+		}
 		for _, f := range [][]byte{op.Key, []byte(op.Using), op.Val} {
 			b = binary.AppendUvarint(b, uint64(len(f)))
 			b = append(b, f...)
@@ -550,13 +777,25 @@ func DecodeIntent(b []byte) ([]Op, error) {
 		if len(b) < 2 {
 			return nil, ErrBadIntent
 		}
-		op := Op{Del: b[0]&intentDel != 0, Raw: b[0]&intentRaw != 0, Phys: int(b[1])}
+		flag := b[0]
+		op := Op{Del: flag&intentDel != 0, Raw: flag&intentRaw != 0, Keep: flag&intentKeep != 0, Phys: int(b[1])}
 		b = b[2:]
 		at, k := binary.Varint(b)
 		if k <= 0 {
 			return nil, ErrBadIntent
 		}
 		op.At, b = at, b[k:]
+		if flag&intentTyped != 0 {
+			if len(b) < 1 {
+				return nil, ErrBadIntent
+			}
+			op.Type, b = b[0], b[1:]
+			ver, k := binary.Uvarint(b)
+			if k <= 0 {
+				return nil, ErrBadIntent
+			}
+			op.Ver, b = ver, b[k:]
+		}
 		var fields [3][]byte
 		for i := range fields {
 			l, k := binary.Uvarint(b)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -44,14 +45,16 @@ func openArrayConfig(t *testing.T, y string) *array.Array {
 
 func TestValueRoundTrip(t *testing.T) {
 	for _, tc := range []Value{{}, {V: []byte("x")}, {V: []byte{0, 1, 0xff}, At: 1}, {V: []byte("12"), Raw: true},
-		{V: []byte("34"), At: 5, Raw: true}, {V: bytes.Repeat([]byte("v"), 1000), At: 1 << 62}} {
+		{V: []byte("34"), At: 5, Raw: true}, {V: bytes.Repeat([]byte("v"), 1000), At: 1 << 62},
+		{V: []byte("h"), Type: TypeHash}, {V: []byte("z"), Type: TypeZSet, Ver: 7, At: 9}, {Type: TypeSet, Ver: 1 << 63}} {
 		v, err := DecodeValue(EncodeValue(tc))
-		if err != nil || !bytes.Equal(v.V, tc.V) || v.At != tc.At || v.Raw != tc.Raw {
+		if err != nil || !bytes.Equal(v.V, tc.V) || v.At != tc.At || v.Raw != tc.Raw || v.Type != tc.Type || v.Ver != tc.Ver {
 			t.Errorf("round trip of %+v: %+v %v", tc, v, err)
 		}
 	}
-	// Tag 4 and up are no value's; an expiry tag needs its 8 bytes.
-	for _, bad := range [][]byte{nil, {4}, {1, 0, 0}, {3, 0}} {
+	// Tag 64 and up are no value's; an expiry or version tag needs its 8
+	// bytes.
+	for _, bad := range [][]byte{nil, {64}, {1, 0, 0}, {3, 0}, {tagVersion | 4, 0, 0}, {tagVersion | tagExpiry, 0, 0, 0, 0, 0, 0, 0, 0, 1}} {
 		if _, err := DecodeValue(bad); !errors.Is(err, ErrBadValue) {
 			t.Errorf("DecodeValue(%v) = %v, want ErrBadValue", bad, err)
 		}
@@ -76,14 +79,17 @@ func TestIndexOrder(t *testing.T) {
 
 func TestIntentRoundTrip(t *testing.T) {
 	ops := []Op{{Phys: 0, Key: []byte("a"), Val: []byte("1")}, {Phys: 5, Key: []byte("b"), Del: true},
-		{Phys: 15, Key: []byte("c"), Val: []byte{}, At: 123, Using: "replication"}, {Phys: 2, Key: []byte("d"), Val: []byte("7"), Raw: true}}
+		{Phys: 15, Key: []byte("c"), Val: []byte{}, At: 123, Using: "replication"}, {Phys: 2, Key: []byte("d"), Val: []byte("7"), Raw: true},
+		{Phys: 3, Key: []byte("h"), Val: []byte("m"), Type: TypeHash, Ver: 1 << 40}, {Phys: 3, Key: []byte("r"), Del: true, Keep: true},
+		{Phys: Internal, Key: []byte("c12345678f"), Val: []byte("v")}}
 	got, err := DecodeIntent(EncodeIntent(ops))
 	if err != nil || len(got) != len(ops) {
 		t.Fatalf("DecodeIntent: %v, %d ops", err, len(got))
 	}
 	for i := range ops {
 		g, w := got[i], ops[i]
-		if g.Phys != w.Phys || !bytes.Equal(g.Key, w.Key) || !bytes.Equal(g.Val, w.Val) || g.At != w.At || g.Del != w.Del || g.Raw != w.Raw || g.Using != w.Using {
+		if g.Phys != w.Phys || !bytes.Equal(g.Key, w.Key) || !bytes.Equal(g.Val, w.Val) || g.At != w.At || g.Del != w.Del || g.Raw != w.Raw || g.Using != w.Using ||
+			g.Type != w.Type || g.Ver != w.Ver || g.Keep != w.Keep {
 			t.Errorf("op %d: %+v, want %+v", i, g, w)
 		}
 	}
@@ -135,10 +141,57 @@ func testStore(t *testing.T, a *array.Array) {
 	if len(keys) != 3 {
 		t.Errorf("db 1 after the swap: %q", keys)
 	}
-	if err := s2.CheckKey(bytes.Repeat([]byte("k"), 242)); !errors.Is(err, array.ErrKeyTooLong) {
-		t.Errorf("a 242-byte key: %v", err)
+	_, maxValue := s2.Limits()
+	if err := s2.CheckKey(bytes.Repeat([]byte("k"), int(maxValue)+1)); !errors.Is(err, array.ErrKeyTooLong) {
+		t.Errorf("a key longer than the largest value: %v", err)
+	}
+	// Long keys: stored under their names, listed whole, after a reopen.
+	long := [][]byte{bytes.Repeat([]byte("k"), NameLen+1), bytes.Repeat([]byte("k"), 5000), append(bytes.Repeat([]byte("k"), 5000), 'x')}
+	for i, k := range long {
+		must(s2.CheckKey(k))
+		must(s2.Set(ctx, 2, k, []byte{byte(i)}, 0))
+	}
+	s3, err := Open(ctx, a, 16)
+	must(err)
+	for i, k := range long {
+		if v, _, err := s3.Get(ctx, 2, k); err != nil || !bytes.Equal(v, []byte{byte(i)}) {
+			t.Errorf("long key %d: %q, %v", i, v, err)
+		}
+	}
+	if keys, err := s3.Keys(ctx, 2, bytes.Repeat([]byte("k"), 4000)); err != nil || len(keys) != 2 {
+		t.Errorf("Keys of a 4,000-byte prefix: %d keys, %v; want the two long keys", len(keys), err)
+	}
+	if keys, err := s3.Keys(ctx, 2, nil); err != nil || len(keys) != 3 || !slices.ContainsFunc(keys, func(k []byte) bool { return bytes.Equal(k, long[2]) }) {
+		t.Errorf("Keys: %d keys, %v", len(keys), err)
+	}
+	if existed, err := s3.Delete(ctx, 2, long[1]); err != nil || !existed {
+		t.Errorf("Delete of a long key: %v, %v", existed, err)
+	}
+	if recs, err := a.Keys(ctx, []byte{Internal, recName}); err != nil || len(recs) != 2 {
+		t.Errorf("name records after a delete: %d, %v; want 2", len(recs), err)
 	}
 	if _, err := Open(ctx, a, 256); !errors.Is(err, ErrBadDB) {
 		t.Errorf("256 databases: %v", err)
+	}
+}
+
+// TestName: a key of at most NameLen bytes is its own name; a longer one's
+// name is NameLen bytes, its first ones then its digest, and a name is
+// its own name (listings give names back).
+func TestName(t *testing.T) {
+	short := bytes.Repeat([]byte("a"), NameLen)
+	if !bytes.Equal(Name(short), short) {
+		t.Error("a key of NameLen bytes is not its own name")
+	}
+	long := bytes.Repeat([]byte("a"), NameLen+1)
+	n := Name(long)
+	if len(n) != NameLen || !bytes.Equal(n[:NameLen-digestLen], long[:NameLen-digestLen]) || bytes.Equal(n, short) {
+		t.Errorf("name of a long key: %q", n)
+	}
+	if !bytes.Equal(Name(n), n) {
+		t.Error("a name is not its own name")
+	}
+	if bytes.Equal(Name(append(long, 'b')), n) || len(long) != NameLen+1 {
+		t.Error("two long keys share a name (or Name changed its argument)")
 	}
 }

@@ -26,6 +26,16 @@ const (
 	// Rebuilding: serving, but not yet holding everything that belongs on
 	// it (a replaced device): a not-found from it proves nothing.
 	Rebuilding
+	// Full: read-only-full (a write failed with device.ErrFull): reads
+	// are sent to it as to a healthy device, writes are not (they miss it
+	// and are recorded, as for a failed device) until space is back and
+	// a resync re-admits it.
+	Full
+	// Slow: answering much more slowly than its peers (see slow.go):
+	// nothing is sent to it, reads go to the other pieces and writes miss
+	// it and are recorded, as for a failed device, until it answers as
+	// fast as its peers again and a resync re-admits it.
+	Slow
 )
 
 func (s State) String() string {
@@ -36,6 +46,10 @@ func (s State) String() string {
 		return "failed"
 	case Rebuilding:
 		return "rebuilding"
+	case Full:
+		return "full"
+	case Slow:
+		return "slow"
 	}
 	return fmt.Sprintf("state(%d)", uint32(s))
 }
@@ -58,7 +72,18 @@ type Env struct {
 	inflight [2]atomic.Int64
 	quiesce  sync.Mutex
 	clock    hlc.Clock
+	// onFenced is told of the first write a device refused as fenced
+	// (device.ErrFenced: another process owns the array now).
+	onFenced atomic.Pointer[func(error)]
+	// lat is each device's latency record, kept while latOn (slow.go).
+	lat   []latency
+	latOn atomic.Bool
 }
+
+// OnFenced sets fn to be called with the error of every write a device
+// refuses as fenced (device.ErrFenced): another process took the array
+// over.
+func (e *Env) OnFenced(fn func(error)) { e.onFenced.Store(&fn) }
 
 // Clock is the array's version clock. Every version the array and its
 // mechanisms issue (piece versions, set ids, parity and log versions)
@@ -70,7 +95,7 @@ func (e *Env) Clock() *hlc.Clock { return &e.clock }
 // must be the tightest limits across the devices.
 func NewEnv(devs []device.Device, names []string, limits device.Limits) *Env {
 	e := &Env{devs: make([]atomic.Pointer[device.Device], len(devs)), names: names, limits: limits, states: make([]atomic.Uint32, len(devs)),
-		watches: make([]atomic.Pointer[Watch], len(devs))}
+		watches: make([]atomic.Pointer[Watch], len(devs)), lat: make([]latency, len(devs))}
 	for i := range devs {
 		e.devs[i].Store(&devs[i])
 	}
@@ -123,6 +148,60 @@ func (e *Env) MarkFailed(i int, g Gen) {
 			return
 		}
 	}
+}
+
+// MarkFull marks device i Full after a call to it, made at generation g,
+// reported device.ErrFull, under MarkFailed's conditions, and only while
+// it is Healthy: a failed device stays failed, and a device being rebuilt
+// that cannot take its writes is failed (read as full, its not-founds
+// would prove something).
+func (e *Env) MarkFull(i int, g Gen) {
+	if e.devs[i].Load() != g.dev {
+		return
+	}
+	for {
+		v := e.states[i].Load()
+		if epochOf(v) != g.epoch {
+			return
+		}
+		switch State(v & stateMask) {
+		case Healthy:
+			if e.states[i].CompareAndSwap(v, v&^stateMask|uint32(Full)) {
+				return
+			}
+		case Rebuilding:
+			e.MarkFailed(i, g)
+			return
+		default:
+			return
+		}
+	}
+}
+
+// MarkFault marks device i after a call to it, made at generation g,
+// failed with err: Full for device.ErrFull, Failed for any other
+// device.ErrDeviceFailed, nothing otherwise.
+func (e *Env) MarkFault(i int, g Gen, err error) {
+	switch {
+	case errors.Is(err, device.ErrFull):
+		e.MarkFull(i, g)
+	case errors.Is(err, device.ErrDeviceFailed):
+		e.MarkFailed(i, g)
+	}
+}
+
+// Writable reports whether writes are sent to device i: it is neither
+// Failed, Full nor Slow.
+func (e *Env) Writable(i int) bool {
+	s := e.State(i)
+	return s != Failed && s != Full && s != Slow
+}
+
+// Answering reports whether calls are sent to device i: it is neither
+// Failed nor Slow. What reads a device past Do (a listing) asks this.
+func (e *Env) Answering(i int) bool {
+	s := e.State(i)
+	return s != Failed && s != Slow
 }
 
 // Name returns device i's name.
@@ -210,6 +289,13 @@ type Op struct {
 // because the device is marked Failed.
 var ErrMarkedFailed = fmt.Errorf("marked failed until rebuilt or resynced: %w", device.ErrDeviceFailed)
 
+// ErrMarkedFull is the error of a write not sent to a device because it
+// is marked Full. It wraps device.ErrDeviceFailed, so that a write counts
+// it as a device that missed it (within tolerance, acknowledged and
+// recorded), and device.ErrFull, so that a write refused for too many
+// full devices says so.
+var ErrMarkedFull = fmt.Errorf("marked full (read-only) until space is freed and it is resynced: %w: %w: %w", device.ErrFull, device.ErrNoSpace, device.ErrDeviceFailed)
+
 // ErrCommitUnknown marks the error of a store that failed after its
 // commit point (the piece that makes it current) was sent: the piece may
 // have landed with its answer lost, so the store's other pieces may be
@@ -247,7 +333,7 @@ func (e *Env) Do(ctx context.Context, ops []Op) {
 	defer e.exit(ep)
 	defer e.watchWrites(ctx, ops)()
 	if dr, ok := ctx.Value(dryRunKey{}).(*DryRun); ok {
-		reads, at := dr.skipWrites(ops)
+		reads, at := dr.skipWrites(e, ops)
 		e.do(ctx, reads)
 		for j, i := range at {
 			ops[i] = reads[j]
@@ -324,11 +410,26 @@ func (dr *DryRun) Writes() int {
 }
 
 // skipWrites marks the writes of ops done and returns the reads, with
-// their indices in ops.
-func (dr *DryRun) skipWrites(ops []Op) ([]Op, []int) {
+// their indices in ops. A write to a device marked failed fails, as it
+// would in earnest (it is never sent), and is not counted: a scrub
+// without repair counted the writes a repair could not make (a failed
+// device's Packing pieces), and reported problems the repair then did
+// not find.
+func (dr *DryRun) skipWrites(e *Env, ops []Op) ([]Op, []int) {
 	var reads []Op
 	var at []int
 	for i := range ops {
+		if d := ops[i].Dev; isWrite(ops[i].Kind) && !e.Writable(d) {
+			err := ErrMarkedFailed
+			switch e.State(d) {
+			case Full:
+				err = ErrMarkedFull
+			case Slow:
+				err = ErrMarkedSlow
+			}
+			ops[i].Err = &DeviceError{Dev: d, Name: e.names[d], Op: ops[i].Kind, Key: ops[i].Key, Err: err}
+			continue
+		}
 		if isWrite(ops[i].Kind) {
 			ops[i].Err = nil
 			dr.mu.Lock()
@@ -391,11 +492,25 @@ func (e *Env) do(ctx context.Context, ops []Op) {
 }
 
 func (e *Env) batch(ctx context.Context, dev int, d device.Device, b []device.Op) error {
-	if e.State(dev) == Failed {
+	switch e.State(dev) {
+	case Failed:
 		for i := range b {
 			b[i].Err = ErrMarkedFailed
 		}
 		return ErrMarkedFailed
+	case Slow:
+		for i := range b {
+			b[i].Err = ErrMarkedSlow
+		}
+		return ErrMarkedSlow
+	}
+	if e.latOn.Load() {
+		l := &e.lat[dev]
+		defer l.end(l.begin())
+	}
+	defer keyPieces(b)()
+	if e.State(dev) == Full {
+		return readsOnly(ctx, d, b)
 	}
 	if r := restoringFrom(ctx); r != nil && r.dev == dev {
 		return r.comb.do(ctx, d, b, e.clearsRecord(dev, b))
@@ -403,12 +518,78 @@ func (e *Env) batch(ctx context.Context, dev int, d device.Device, b []device.Op
 	return d.Batch(ctx, b)
 }
 
+// keyPieces keys the pieces b stores (format.KeyPiece: each checksum
+// then covers the key it is stored under) and returns what, once b has
+// run, gives its stores their own values back and unkeys the pieces it
+// read: above Do, pieces are as format.Encode makes them.
+func keyPieces(b []device.Op) func() {
+	var mine []int
+	var own [][]byte
+	for i := range b {
+		if b[i].Kind != device.OpStore {
+			continue
+		}
+		if v, ok := format.KeyPiece(b[i].Key, b[i].Value); ok {
+			mine, own = append(mine, i), append(own, b[i].Value)
+			b[i].Value = v
+		}
+	}
+	return func() {
+		for j, i := range mine {
+			b[i].Value = own[j]
+		}
+		for i := range b {
+			if b[i].Kind == device.OpRetrieve && b[i].Result != nil {
+				off := 0
+				if b[i].Partial {
+					off = b[i].Off
+				}
+				format.Unkey(b[i].Key, b[i].Result, off)
+			}
+		}
+	}
+}
+
+// readsOnly runs the reads of b on d, a Full device, and fails its writes
+// with ErrMarkedFull without sending them.
+func readsOnly(ctx context.Context, d device.Device, b []device.Op) error {
+	var reads []device.Op
+	var at []int
+	for i := range b {
+		if isWrite(b[i].Kind) {
+			b[i].Err = ErrMarkedFull
+			continue
+		}
+		reads = append(reads, b[i])
+		at = append(at, i)
+	}
+	if len(reads) == 0 {
+		return nil
+	}
+	err := d.Batch(ctx, reads)
+	for j, i := range at {
+		b[i] = reads[j]
+	}
+	return err
+}
+
 func isWrite(k device.OpKind) bool { return k == device.OpStore || k == device.OpDelete }
 
 // settle wraps the errors of dev's ops, hides stale answers and updates
 // the device's state.
 func (e *Env) settle(dev int, gen Gen, ops []Op, batchErr error) {
-	failed := errors.Is(batchErr, device.ErrDeviceFailed)
+	var failed, full bool
+	fault := func(err error) {
+		switch {
+		case errors.Is(err, ErrMarkedSlow):
+			// Not sent: says nothing of the device.
+		case errors.Is(err, device.ErrFull):
+			full = true
+		case errors.Is(err, device.ErrDeviceFailed):
+			failed = true
+		}
+	}
+	fault(batchErr)
 	rebuilding := e.State(dev) == Rebuilding
 	for i := range ops {
 		op := &ops[i]
@@ -430,18 +611,29 @@ func (e *Env) settle(dev int, gen Gen, ops []Op, batchErr error) {
 		if op.Err == nil {
 			continue
 		}
-		if errors.Is(op.Err, device.ErrDeviceFailed) {
-			failed = true
+		if errors.Is(op.Err, device.ErrFull) && !errors.Is(op.Err, device.ErrDeviceFailed) {
+			// A full device's write is a device that missed it (a write
+			// within tolerance goes on), not a value refused.
+			op.Err = fmt.Errorf("%w: %w", op.Err, device.ErrDeviceFailed)
+		}
+		fault(op.Err)
+		if errors.Is(op.Err, device.ErrFenced) {
+			if fn := e.onFenced.Load(); fn != nil {
+				(*fn)(op.Err)
+			}
 		}
 		var de *DeviceError
 		if !errors.As(op.Err, &de) {
 			op.Err = &DeviceError{Dev: dev, Name: e.names[dev], Op: op.Kind, Key: op.Key, Err: op.Err}
 		}
 	}
-	if failed {
+	switch {
+	case failed:
 		// Not the successor of a device replaced while the batch ran:
 		// its ops fail, as a closed device's do.
 		e.MarkFailed(dev, gen)
+	case full:
+		e.MarkFull(dev, gen)
 	}
 }
 
@@ -582,19 +774,26 @@ func (e *Env) Delete(ctx context.Context, key []byte, devs []int, maxFailed int)
 }
 
 // Reachable returns an error wrapping device.ErrDeviceFailed when more
-// than maxFailed of devs are marked Failed: a write to them cannot reach
-// its quorum, and must not start.
+// than maxFailed of devs are marked Failed, Full or Slow: a write to them
+// cannot reach its quorum, and must not start. When some of them are
+// Full, the error wraps ErrMarkedFull (device.ErrFull) and names them.
 func (e *Env) Reachable(devs []int, maxFailed int) error {
-	var down []int
+	var down, full []int
 	for _, d := range devs {
-		if e.State(d) == Failed {
+		switch e.State(d) {
+		case Failed, Slow:
 			down = append(down, d)
+		case Full:
+			full = append(full, d)
 		}
 	}
-	if len(down) > maxFailed {
-		return fmt.Errorf("devices %v of %v are failed, at most %d may be: nothing written: %w", down, devs, maxFailed, ErrMarkedFailed)
+	if len(down)+len(full) <= maxFailed {
+		return nil
 	}
-	return nil
+	if len(full) > 0 {
+		return fmt.Errorf("devices %v of %v are full and %v failed, at most %d may be: nothing written: %w", full, devs, down, maxFailed, ErrMarkedFull)
+	}
+	return fmt.Errorf("devices %v of %v are failed, at most %d may be: nothing written: %w", down, devs, maxFailed, ErrMarkedFailed)
 }
 
 // Quorum returns the errors of ops joined when more than maxFailed of

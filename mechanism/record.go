@@ -98,9 +98,17 @@ func (e *Env) lockRecord(rk []byte) (unlock func()) {
 // record is one key a device missed.
 type record struct {
 	holders []int // devices holding the durable record
+	// stale: the holders whose copy is of an earlier version (their
+	// rewrite failed). They stay holders, so that a clear deletes their
+	// copies, but do not count towards recordCopies.
+	stale []int
 	// deleted: the last write missed was a delete, so once no other
 	// device holds a piece of the key, the key does not exist.
 	deleted bool
+	// version orders the record's rewrites (an HLC stamp). A holder
+	// whose rewrite failed keeps the earlier copy, which may disagree on
+	// deleted; when copies disagree at open, the newest is the record.
+	version uint64
 }
 
 func recordKey(dev int, key []byte) []byte {
@@ -175,33 +183,44 @@ func (e *Env) recorded(dev int, key []byte) bool {
 
 // recordMiss records that dev missed a write (a delete when deleted) of
 // key, and fails with ErrNotRecorded when no device took the record.
-func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool) error {
+func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool) (err error) {
 	rk := recordKey(dev, key)
 	defer e.lockRecord(rk)()
 	e.rec.mu.Lock()
 	var was []int // holders of an earlier record of the key, rewritten too
 	if r, ok := e.rec.missed[dev][string(key)]; ok {
 		if r.deleted == deleted && len(r.holders) > 0 {
-			short := len(r.holders) < recordCopies
+			short := r.fresh() < recordCopies
 			e.rec.mu.Unlock()
 			if short {
 				// A holder was lost (replaced) or missed the write: one
 				// copy alone would be gone with its device, and the
 				// device that missed the key would come back trusted.
-				e.copyRecordLocked(ctx, dev, key, deleted)
+				e.copyRecordLocked(ctx, dev, key)
 			}
 			return nil
 		}
 		was = r.holders
+		prev := *r
+		defer func() {
+			if errors.Is(err, ErrNotRecorded) {
+				// Nothing of the new record is durable: the earlier one
+				// stands, as its copies say.
+				e.rec.mu.Lock()
+				e.rec.missed[dev][string(key)] = &prev
+				e.rec.mu.Unlock()
+			}
+		}()
 	}
-	e.rec.missed[dev][string(key)] = &record{deleted: deleted}
+	r := &record{deleted: deleted, version: e.clock.Next()}
+	e.rec.missed[dev][string(key)] = r
 	e.rec.mu.Unlock()
 
-	val := recordValue(key, deleted)
+	val := recordValue(key, r)
 	var ops []Op
 	for i := 1; i < e.N() && len(ops) < recordCopies; i++ {
 		d := e.Dev(dev, i)
-		if e.State(d) != Failed {
+		if e.Writable(d) {
 			ops = append(ops, Op{Dev: d, Op: device.Op{Kind: device.OpStore, Key: rk, Value: val}})
 		}
 	}
@@ -215,29 +234,49 @@ func (e *Env) recordMiss(ctx context.Context, dev int, key []byte, deleted bool)
 	}
 	// Not Do: a record write that fails is not itself recorded.
 	e.do(context.WithoutCancel(ctx), ops)
-	var holders []int
+	var holders, fresh, stale []int
 	for i := range ops {
-		if ops[i].Err == nil || slices.Contains(was, ops[i].Dev) {
-			holders = append(holders, ops[i].Dev)
+		switch {
+		case ops[i].Err == nil:
+			fresh = append(fresh, ops[i].Dev)
+		case slices.Contains(was, ops[i].Dev):
+			stale = append(stale, ops[i].Dev)
 		}
 	}
+	holders = append(slices.Clone(fresh), stale...)
 	e.rec.mu.Lock()
 	if r, ok := e.rec.missed[dev][string(key)]; ok {
-		r.holders = holders
+		r.holders, r.stale = holders, stale
 	}
 	e.rec.mu.Unlock()
 	// A holder that had missed the deletion of an earlier copy of this
 	// record holds a current one now.
-	for _, h := range holders {
+	for _, h := range fresh {
 		if e.missed(h, rk) {
 			e.clearMiss(ctx, h, rk)
 		}
 	}
-	if len(holders) == 0 {
+	if len(fresh) == 0 {
+		// Not durable, so not a record: the write it belongs to is not
+		// acknowledged, and an entry kept in memory alone would hide
+		// dev's piece for the rest of the process (it is gone at the next
+		// open) while proving nothing: a later read could not tell it
+		// from the miss of an acknowledged write, and a value its
+		// failed overwrite never replaced read as unavailable (issue 40).
+		// A device being rebuilt keeps it: its misses are acknowledged
+		// without a record (Acknowledge), and its old pieces must not
+		// serve meanwhile.
+		if e.State(dev) != Rebuilding && len(was) == 0 {
+			e.rec.mu.Lock()
+			if r, ok := e.rec.missed[dev][string(key)]; ok && len(r.holders) == 0 {
+				delete(e.rec.missed[dev], string(key))
+			}
+			e.rec.mu.Unlock()
+		}
 		return fmt.Errorf("device %d missed a write of %q: %w", dev, key, ErrNotRecorded)
 	}
-	if len(holders) < recordCopies {
-		e.copyRecordLocked(ctx, dev, key, deleted) // a holder failed under the write: another takes it
+	if len(fresh) < recordCopies {
+		e.copyRecordLocked(ctx, dev, key) // a holder failed under the write: another takes it
 	}
 	return nil
 }
@@ -284,24 +323,35 @@ func (e *Env) adoptCopy(ctx context.Context, holder int, k []byte) {
 	v, _ := format.Decode(b)
 	e.rec.mu.Lock()
 	defer e.rec.mu.Unlock()
+	deleted := len(v.Fields) == 1 && v.Fields[0] == 1
 	r := e.rec.missed[target][string(key)]
-	if r == nil {
-		r = &record{deleted: len(v.Fields) == 1 && v.Fields[0] == 1}
+	switch {
+	case r == nil:
+		r = &record{deleted: deleted, version: v.Version}
 		e.rec.missed[target][string(key)] = r
+	case v.Version > r.version:
+		// A holder whose rewrite failed keeps an older copy: the order
+		// copies are read in must not decide whether the miss was a
+		// delete (a stale "store" copy read first hid a missed delete,
+		// and the deleted key's old piece came back as data loss).
+		r.deleted, r.version = deleted, v.Version
+		r.stale = slices.Clone(r.holders)
+	case v.Version < r.version && !slices.Contains(r.stale, holder):
+		r.stale = append(r.stale, holder)
 	}
 	if !slices.Contains(r.holders, holder) {
 		r.holders = append(r.holders, holder)
 	}
 }
 
-// recordValue is the stored form of a record of key: the key, framed,
-// and whether the miss was a delete.
-func recordValue(key []byte, deleted bool) []byte {
+// recordValue is the stored form of record r of key: the key, framed,
+// whether the miss was a delete, and the record's version.
+func recordValue(key []byte, r *record) []byte {
 	kind := byte(0)
-	if deleted {
+	if r.deleted {
 		kind = 1
 	}
-	h := format.Header{RM: format.RMNone, Splits: 1, SplitLen: uint32(len(key)), ObjectLen: uint64(len(key)), Fields: []byte{kind}}
+	h := format.Header{RM: format.RMNone, Version: r.version, Splits: 1, SplitLen: uint32(len(key)), ObjectLen: uint64(len(key)), Fields: []byte{kind}}
 	return format.Encode(&h, key)
 }
 
@@ -367,6 +417,11 @@ func (e *Env) CatchUpRecords(ctx context.Context, dev int) error {
 	return errors.Join(errs...)
 }
 
+// Vouch clears dev's record of key once the caller has proved that the
+// record names no acknowledged write (see Array.unacknowledgedMiss): the
+// piece it hid is current again.
+func (e *Env) Vouch(ctx context.Context, dev int, key []byte) { e.clearMiss(ctx, dev, key) }
+
 // Missed returns the internal keys device dev's record lists.
 func (e *Env) Missed(dev int) [][]byte {
 	e.rec.mu.Lock()
@@ -411,49 +466,54 @@ func (e *Env) Forget(ctx context.Context, dev int) {
 		e.clearMiss(ctx, dev, k)
 	}
 	type held struct {
-		target  int
-		key     string
-		deleted bool
+		target int
+		key    string
 	}
 	var lost []held
 	e.rec.mu.Lock()
 	for target, m := range e.rec.missed {
 		for key, r := range m {
 			if slices.Contains(r.holders, dev) {
-				r.holders = slices.DeleteFunc(r.holders, func(h int) bool { return h == dev })
-				lost = append(lost, held{target, key, r.deleted})
+				r.dropHolder(dev)
+				lost = append(lost, held{target, key})
 			}
 		}
 	}
 	e.rec.mu.Unlock()
 	for _, h := range lost {
-		e.copyRecord(ctx, h.target, []byte(h.key), h.deleted)
+		e.copyRecord(ctx, h.target, []byte(h.key))
 	}
 }
 
 // copyRecord writes record (target, key) to devices that do not hold it
 // yet until it has recordCopies holders, never to dev target itself.
-func (e *Env) copyRecord(ctx context.Context, target int, key []byte, deleted bool) {
+func (e *Env) copyRecord(ctx context.Context, target int, key []byte) {
 	defer e.lockRecord(recordKey(target, key))()
-	e.copyRecordLocked(ctx, target, key, deleted)
+	e.copyRecordLocked(ctx, target, key)
 }
 
 // copyRecordLocked is copyRecord under the record's lock.
-func (e *Env) copyRecordLocked(ctx context.Context, target int, key []byte, deleted bool) {
+func (e *Env) copyRecordLocked(ctx context.Context, target int, key []byte) {
 	e.rec.mu.Lock()
 	r := e.rec.missed[target][string(key)]
 	if r == nil {
 		e.rec.mu.Unlock()
 		return
 	}
-	have := slices.Clone(r.holders)
+	have, stale, fresh := slices.Clone(r.holders), slices.Clone(r.stale), r.fresh()
+	val := recordValue(key, r)
 	e.rec.mu.Unlock()
-	val := recordValue(key, deleted)
 	rk := recordKey(target, key)
 	var ops []Op
-	for i := 1; i < e.N() && len(have)+len(ops) < recordCopies; i++ {
+	// A stale copy rewritten first: it is one copy fewer to delete.
+	for _, d := range stale {
+		if fresh+len(ops) < recordCopies && e.Writable(d) {
+			ops = append(ops, Op{Dev: d, Op: device.Op{Kind: device.OpStore, Key: rk, Value: val}})
+		}
+	}
+	for i := 1; i < e.N() && fresh+len(ops) < recordCopies; i++ {
 		d := e.Dev(target, i)
-		if e.State(d) != Failed && !slices.Contains(have, d) {
+		if e.Writable(d) && !slices.Contains(have, d) {
 			ops = append(ops, Op{Dev: d, Op: device.Op{Kind: device.OpStore, Key: rk, Value: val}})
 		}
 	}
@@ -462,11 +522,24 @@ func (e *Env) copyRecordLocked(ctx context.Context, target int, key []byte, dele
 	defer e.rec.mu.Unlock()
 	if r := e.rec.missed[target][string(key)]; r != nil {
 		for i := range ops {
-			if ops[i].Err == nil && !slices.Contains(r.holders, ops[i].Dev) {
+			if ops[i].Err != nil {
+				continue
+			}
+			r.stale = slices.DeleteFunc(r.stale, func(h int) bool { return h == ops[i].Dev })
+			if !slices.Contains(r.holders, ops[i].Dev) {
 				r.holders = append(r.holders, ops[i].Dev)
 			}
 		}
 	}
+}
+
+// fresh is how many of r's holders hold its current version.
+func (r *record) fresh() int { return len(r.holders) - len(r.stale) }
+
+// dropHolder removes device h from r's holders.
+func (r *record) dropHolder(h int) {
+	r.holders = slices.DeleteFunc(r.holders, func(d int) bool { return d == h })
+	r.stale = slices.DeleteFunc(r.stale, func(d int) bool { return d == h })
 }
 
 // LoadRecords reads the resync records from every device that answers,
@@ -499,10 +572,11 @@ func (e *Env) LoadRecords(ctx context.Context) error {
 	defer e.rec.mu.Unlock()
 	for dev, m := range e.rec.missed {
 		for key, r := range m {
-			r.holders = slices.DeleteFunc(r.holders, func(h int) bool {
-				cleared, ok := e.rec.missed[h][string(recordKey(dev, []byte(key)))]
-				return ok && cleared.deleted
-			})
+			for _, h := range slices.Clone(r.holders) {
+				if cleared, ok := e.rec.missed[h][string(recordKey(dev, []byte(key)))]; ok && cleared.deleted {
+					r.dropHolder(h)
+				}
+			}
 			if len(r.holders) == 0 {
 				delete(m, key)
 			}

@@ -43,6 +43,13 @@ func WithRestoring(ctx context.Context, dev int) context.Context {
 	return context.WithValue(ctx, restoringKey{}, &restoring{dev: dev, comb: &combiner{}})
 }
 
+// WithoutRestoring returns ctx with no restoring context: its writes to
+// the device go as any other's, synced, as a write that ends a rebuild
+// (its healthy mark) must be before the rebuild reports it done.
+func WithoutRestoring(ctx context.Context) context.Context {
+	return context.WithValue(ctx, restoringKey{}, (*restoring)(nil))
+}
+
 func restoringFrom(ctx context.Context) *restoring {
 	r, _ := ctx.Value(restoringKey{}).(*restoring)
 	return r

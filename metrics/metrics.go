@@ -148,7 +148,7 @@ type state Metrics
 
 var (
 	descState = prometheus.NewDesc("kvarray_device_state",
-		"The array's view of each device: 1 for its current state (healthy, failed, rebuilding), 0 for the others.", []string{"device", "name", "state"}, nil)
+		"The array's view of each device: 1 for its current state (healthy, failed, rebuilding, full, slow), 0 for the others.", []string{"device", "name", "state"}, nil)
 	descFailed = prometheus.NewDesc("kvarray_devices_failed",
 		"Devices the array holds failed.", nil, nil)
 	descDevices = prometheus.NewDesc("kvarray_devices",
@@ -165,7 +165,7 @@ var (
 		"When the last scrub run in this server finished (Unix time); absent before the first.", nil, nil)
 )
 
-var states = []mechanism.State{mechanism.Healthy, mechanism.Failed, mechanism.Rebuilding}
+var states = []mechanism.State{mechanism.Healthy, mechanism.Failed, mechanism.Rebuilding, mechanism.Full, mechanism.Slow}
 
 func (s *state) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descState, descFailed, descDevices, descConns, descRunning, descDone, descTotal, descLastScrub} {

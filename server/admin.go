@@ -45,7 +45,7 @@ func cmdStatus(c *call) {
 func cmdKvSet(c *call) {
 	c.using = string(c.args[3])
 	if _, _, ok := c.updateRead(c.args[1], false, func(value, bool) (value, bool, string) {
-		return value{c.args[2], 0, false}, true, ""
+		return value{v: c.args[2], at: 0, raw: false}, true, ""
 	}); ok {
 		c.ok()
 	}

@@ -58,7 +58,7 @@ func TestAuth(t *testing.T) {
 	}
 	for _, cmd := range [][]string{{"KVARRAY.STATUS"}, {"KVARRAY.SCRUB"}, {"KVARRAY.REBUILD", "1"}, {"KVARRAY.FAIL", "1"}, {"KVARRAY.PROGRESS"}, {"CONFIG", "SET", "maxmemory", "1"}} {
 		r := d.do(cmd...)
-		if !strings.HasPrefix(r.line(), "-NOPERM User app has no permissions to run the '") {
+		if !strings.HasPrefix(r.line(), "-NOPERM this user has no permissions to run the '") {
 			t.Errorf("data user %v: %s, want NOPERM", cmd, r)
 		}
 	}

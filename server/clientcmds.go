@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kvarray/kvarray/acl"
 )
 
 // CLIENT REPLY modes.
@@ -49,7 +51,7 @@ func (c *call) clientListFilter() (map[int64]bool, bool) {
 				ids = map[int64]bool{}
 			}
 			for i+1 < len(c.args) {
-				id, err := strconv.ParseInt(string(c.args[i+1]), 10, 64)
+				id, err := parseInt(c.args[i+1])
 				if err != nil || id <= 0 {
 					c.error("ERR Invalid client ID")
 					return nil, false
@@ -73,7 +75,7 @@ func (c *call) clientKill() {
 		return
 	}
 	var id int64
-	var addr, laddr string
+	var addr, laddr, userName string
 	skipMe, oldForm := true, len(c.args) == 3
 	if oldForm {
 		addr = string(c.args[2])
@@ -86,7 +88,7 @@ func (c *call) clientKill() {
 			v := string(c.args[i+1])
 			switch upper(c.args[i]) {
 			case "ID":
-				n, err := strconv.ParseInt(v, 10, 64)
+				n, err := parseInt([]byte(v))
 				if err != nil || n <= 0 {
 					c.error("ERR client-id should be greater than 0")
 					return
@@ -102,6 +104,7 @@ func (c *call) clientKill() {
 					return
 				}
 			case "USER":
+				userName = v
 			case "SKIPME":
 				switch strings.ToLower(v) {
 				case "yes":
@@ -121,9 +124,19 @@ func (c *call) clientKill() {
 	c.s.mu.Lock()
 	conns := c.s.connList()
 	c.s.mu.Unlock()
+	// A user reaches other users' connections only if it may also list
+	// them (CLIENT LIST, an @admin command): a data user must not end the
+	// admin's (or another application's) sessions.
+	me := c.s.who(c.cl)
+	r, _, _ := c.s.check(c.cl, me, [][]byte{[]byte("client"), []byte("list")})
+	mayOthers := r == acl.Allowed
 	killed := 0
 	for _, cl := range conns {
 		if id != 0 && cl.id != id || addr != "" && cl.addr != addr || laddr != "" && cl.laddr != laddr {
+			continue
+		}
+		u := c.s.who(cl)
+		if userName != "" && (u == nil || u.Name() != userName) || !mayOthers && u != me {
 			continue
 		}
 		if cl == c.cl {
@@ -159,7 +172,7 @@ func (c *call) clientPause() {
 		c.arityError("client|pause")
 		return
 	}
-	ms, err := strconv.ParseInt(string(c.args[2]), 10, 64)
+	ms, err := parseInt(c.args[2])
 	if err != nil || ms < 0 {
 		c.error("ERR timeout is not an integer or out of range")
 		return
@@ -199,6 +212,8 @@ func cmdReset(c *call) {
 	c.cl.endMulti()
 	c.s.unwatch(c.cl)
 	c.cl.db, c.cl.proto, c.w.proto, c.cl.replyMode = 0, 2, 2, replyOn
+	c.cl.proto3.Store(false)
+	c.s.unsubscribeAll(c.cl)
 	c.cl.dbShown.Store(0)
 	c.cl.mu.Lock()
 	c.cl.name = ""
@@ -216,8 +231,18 @@ func cmdTime(c *call) {
 // cmdWait: WAIT numreplicas timeout: there are no replicas (the array's
 // redundancy is synchronous), so 0 at once.
 func cmdWait(c *call) {
-	if _, err := strconv.ParseInt(string(c.args[2]), 10, 64); err != nil {
+	// Redis's order: the timeout, then the number of replicas.
+	timeout, err := parseInt(c.args[2])
+	if err != nil {
 		c.error("ERR timeout is not an integer or out of range")
+		return
+	}
+	if timeout < 0 {
+		c.error("ERR timeout is negative")
+		return
+	}
+	if _, err := parseInt(c.args[1]); err != nil {
+		c.error(errNotInt)
 		return
 	}
 	c.w.WriteInt(0)
@@ -226,29 +251,6 @@ func cmdWait(c *call) {
 // cmdReadonly serves READONLY and READWRITE: OK, so that a cluster-aware
 // client's connect never fails (there is no cluster).
 func cmdReadonly(c *call) { c.ok() }
-
-// cmdFunction: kvarray has no functions or scripts; FUNCTION FLUSH and
-// LIST answer as a server with none would (test suites and tools flush
-// them at start), the rest say there is no scripting.
-func cmdFunction(c *call) {
-	switch sub := strings.ToLower(string(truncate(c.args[1], 32))); sub {
-	case "flush":
-		if len(c.args) > 3 || len(c.args) == 3 && upper(c.args[2]) != "ASYNC" && upper(c.args[2]) != "SYNC" {
-			c.syntaxError()
-			return
-		}
-		c.ok()
-	case "list":
-		c.w.WriteArray(0)
-	case "help":
-		c.lines([]string{"FUNCTION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-			"FLUSH [ASYNC|SYNC]", "    Delete all the libraries (there are none: kvarray has no scripting).",
-			"LIST", "    Return the libraries (none).",
-			"HELP", "    Print this help."})
-	default:
-		c.error(fmt.Sprintf("ERR FUNCTION %s is not supported by kvarray: it has no scripting", strings.ToUpper(string(truncate(c.args[1], 32)))))
-	}
-}
 
 // cmdSave: every acknowledged write is already on the devices, so SAVE
 // has nothing to do (not allowed inside MULTI, as in Redis).

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +20,8 @@ import (
 // The client tests drive the server with the Redis clients people use, on
 // their default settings (all but redis-cli speak RESP3 by default):
 // connect, binary GET/SET, pipeline, transaction with WATCH, expiry,
-// INCR. The Python and Node clients run scripts in clienttest/; .ci/run
+// INCR, a stream consumer group (XADD, XREADGROUP, XACK, XAUTOCLAIM). The
+// Python and Node clients run scripts in clienttest/; .ci/run
 // installs them. Under CI a missing client fails the test, elsewhere it
 // skips it.
 
@@ -65,6 +68,19 @@ func TestClientNodeRedis(t *testing.T) {
 	needClient(t, "node with the redis package", "npm install --prefix server/clienttest", err == nil && merr == nil)
 	ts := startServer(t, "")
 	ts.runScript([]string{"NODE_PATH=" + modules}, node, filepath.Join("clienttest", "noderedis.js"))
+}
+
+// TestClientJedis: Jedis (Java; clienttest/jedis, built by .ci/run with
+// Maven) on strings, a pipeline, a transaction and the collections.
+func TestClientJedis(t *testing.T) {
+	java, err := exec.LookPath("java")
+	dir, _ := filepath.Abs(filepath.Join("clienttest", "jedis", "target"))
+	_, jerr := os.Stat(filepath.Join(dir, "jedischeck-1.jar"))
+	needClient(t, "java with Jedis built", "mvn -q -f server/clienttest/jedis/pom.xml package dependency:copy-dependencies",
+		err == nil && jerr == nil)
+	ts := startServer(t, "")
+	cp := filepath.Join(dir, "jedischeck-1.jar") + string(os.PathListSeparator) + filepath.Join(dir, "dependency", "*")
+	ts.runScript(nil, java, "-cp", cp, "JedisCheck")
 }
 
 func TestClientRedisCli3(t *testing.T) {
@@ -138,6 +154,78 @@ func TestClientGoRedis(t *testing.T) {
 	}
 }
 
+// TestClientGoRedisCollections: go-redis on lists, blocking pops, sorted
+// sets and pub/sub, in RESP3 (its default) and RESP2.
+func TestClientGoRedisCollections(t *testing.T) {
+	ts := startServer(t, "")
+	ctx := context.Background()
+	for _, proto := range []int{3, 2} {
+		rdb := redis.NewClient(&redis.Options{Addr: ts.addr, Protocol: proto})
+		k := fmt.Sprintf("go%d:", proto)
+		if n, err := rdb.RPush(ctx, k+"l", "a", "b", "c").Result(); err != nil || n != 3 {
+			t.Fatalf("RESP%d RPUSH: %d, %v", proto, n, err)
+		}
+		if v, err := rdb.LRange(ctx, k+"l", 0, -1).Result(); err != nil || !slices.Equal(v, []string{"a", "b", "c"}) {
+			t.Errorf("RESP%d LRANGE: %v, %v", proto, v, err)
+		}
+		if v, err := rdb.LMove(ctx, k+"l", k+"l2", "LEFT", "RIGHT").Result(); err != nil || v != "a" {
+			t.Errorf("RESP%d LMOVE: %q, %v", proto, v, err)
+		}
+		// Blocking pops, woken by a push from another client.
+		ic := ts.dial()
+		done := make(chan []string, 1)
+		go func() {
+			v, _ := rdb.BLPop(ctx, 30*time.Second, k+"other", k+"q").Result()
+			done <- v
+		}()
+		waitBlockedClients(t, ic, 1)
+		ts.client().RPush(ctx, k+"q", "job")
+		if v := <-done; !slices.Equal(v, []string{k + "q", "job"}) {
+			t.Errorf("RESP%d BLPOP woken by RPUSH: %v", proto, v)
+		}
+		if _, err := rdb.BLPop(ctx, 50*time.Millisecond, k+"empty").Result(); !errors.Is(err, redis.Nil) {
+			t.Errorf("RESP%d BLPOP timeout: %v", proto, err)
+		}
+		// Sorted sets.
+		if n, err := rdb.ZAdd(ctx, k+"z", redis.Z{Score: 1, Member: "a"}, redis.Z{Score: 2.5, Member: "b"}).Result(); err != nil || n != 2 {
+			t.Errorf("RESP%d ZADD: %d, %v", proto, n, err)
+		}
+		if v, err := rdb.ZRangeWithScores(ctx, k+"z", 0, -1).Result(); err != nil || !slices.Equal(v, []redis.Z{{Score: 1, Member: "a"}, {Score: 2.5, Member: "b"}}) {
+			t.Errorf("RESP%d ZRANGE WITHSCORES: %v, %v", proto, v, err)
+		}
+		if f, err := rdb.ZIncrBy(ctx, k+"z", 2, "a").Result(); err != nil || f != 3 {
+			t.Errorf("RESP%d ZINCRBY: %v, %v", proto, f, err)
+		}
+		if v, err := rdb.BZPopMin(ctx, time.Second, k+"z").Result(); err != nil || v.Key != k+"z" || v.Member != "b" || v.Score != 2.5 {
+			t.Errorf("RESP%d BZPOPMIN: %+v, %v", proto, v, err)
+		}
+		zdone := make(chan *redis.ZWithKey, 1)
+		go func() {
+			v, _ := rdb.BZPopMax(ctx, 30*time.Second, k+"bz").Result()
+			zdone <- v
+		}()
+		waitBlockedClients(t, ic, 1)
+		ts.client().ZAdd(ctx, k+"bz", redis.Z{Score: 7, Member: "m"})
+		if v := <-zdone; v == nil || v.Member != "m" || v.Score != 7 {
+			t.Errorf("RESP%d BZPOPMAX woken by ZADD: %+v", proto, v)
+		}
+		// Pub/sub.
+		sub := rdb.Subscribe(ctx, k+"ch")
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatalf("RESP%d SUBSCRIBE: %v", proto, err)
+		}
+		if n, err := rdb.Publish(ctx, k+"ch", "hi").Result(); err != nil || n != 1 {
+			t.Errorf("RESP%d PUBLISH: %d, %v", proto, n, err)
+		}
+		if m, err := sub.ReceiveMessage(ctx); err != nil || m.Channel != k+"ch" || m.Payload != "hi" {
+			t.Errorf("RESP%d message: %+v, %v", proto, m, err)
+		}
+		sub.Close()
+		ic.Close()
+		rdb.Close()
+	}
+}
+
 // TestClientRueidis: rueidis on its defaults (RESP3 only, client-side
 // caching off since the server has no CLIENT TRACKING).
 func TestClientRueidis(t *testing.T) {
@@ -182,4 +270,109 @@ func TestClientRueidis(t *testing.T) {
 	if ms, err := c.Do(ctx, c.B().Pttl().Key("n").Build()).AsInt64(); err != nil || ms <= 0 {
 		t.Errorf("PTTL = %d, %v", ms, err)
 	}
+	if err := c.Do(ctx, c.B().Hset().Key("h").FieldValue().FieldValue("a", "1").FieldValue("b", "2").Build()).Error(); err != nil {
+		t.Fatalf("HSET: %v", err)
+	}
+	if m, err := c.Do(ctx, c.B().Hgetall().Key("h").Build()).AsStrMap(); err != nil || len(m) != 2 || m["b"] != "2" {
+		t.Errorf("HGETALL: %v %v", m, err)
+	}
+	if n, err := c.Do(ctx, c.B().Sadd().Key("s").Member("x", "y", "x").Build()).AsInt64(); err != nil || n != 2 {
+		t.Errorf("SADD: %d %v", n, err)
+	}
+	if ms, err := c.Do(ctx, c.B().Smembers().Key("s").Build()).AsStrSlice(); err != nil || len(ms) != 2 {
+		t.Errorf("SMEMBERS: %v %v", ms, err)
+	}
+	if n, err := c.Do(ctx, c.B().Rpush().Key("l").Element("a", "b").Build()).AsInt64(); err != nil || n != 2 {
+		t.Errorf("RPUSH: %d %v", n, err)
+	}
+	if v, err := c.Do(ctx, c.B().Lrange().Key("l").Start(0).Stop(-1).Build()).AsStrSlice(); err != nil || !slices.Equal(v, []string{"a", "b"}) {
+		t.Errorf("LRANGE: %v %v", v, err)
+	}
+	// A blocking pop, woken by a push from another client.
+	ic := ts.dial()
+	defer ic.Close()
+	done := make(chan []string, 1)
+	go func() {
+		v, _ := c.Do(ctx, c.B().Blpop().Key("q").Timeout(30).Build()).AsStrSlice()
+		done <- v
+	}()
+	waitBlockedClients(t, ic, 1)
+	ts.client().RPush(ctx, "q", "job")
+	if v := <-done; !slices.Equal(v, []string{"q", "job"}) {
+		t.Errorf("BLPOP woken by RPUSH: %v", v)
+	}
+	if err := c.Do(ctx, c.B().Zadd().Key("z").ScoreMember().ScoreMember(1, "a").ScoreMember(2.5, "b").Build()).Error(); err != nil {
+		t.Fatalf("ZADD: %v", err)
+	}
+	if zs, err := c.Do(ctx, c.B().Zrange().Key("z").Min("0").Max("-1").Withscores().Build()).AsZScores(); err != nil || len(zs) != 2 || zs[1].Member != "b" || zs[1].Score != 2.5 {
+		t.Errorf("ZRANGE WITHSCORES: %v %v", zs, err)
+	}
+	if f, err := c.Do(ctx, c.B().Zscore().Key("z").Member("a").Build()).AsFloat64(); err != nil || f != 1 {
+		t.Errorf("ZSCORE: %v %v", f, err)
+	}
+	if v, err := c.Do(ctx, c.B().Bzpopmin().Key("z").Timeout(1).Build()).ToArray(); err != nil || len(v) != 3 {
+		t.Errorf("BZPOPMIN: %v %v", v, err)
+	} else if m, _ := v[1].ToString(); m != "a" {
+		t.Errorf("BZPOPMIN popped %q", m)
+	}
 }
+
+// TestClientRedisPyACL runs redis-py's own ACL tests (test_commands.py's
+// test_acl_*) against the server. Its test suite is not in the wheel:
+// .ci/run fetches the installed version's sdist (pip download) into
+// clienttest/redis-py, or KVARRAY_REDISPY_SRC names an unpacked one.
+// Those that need Redis 7.9's modules skip themselves (the server says
+// 7.0); two are deselected, each for a feature kvarray does not have
+// (redisPyACLDeselected).
+func TestClientRedisPyACL(t *testing.T) {
+	args := []string{"tests/test_commands.py", "-k", "test_acl_"}
+	for _, d := range redisPyACLDeselected {
+		args = append(args, "--deselect", "tests/test_commands.py::TestRedisCommands::"+d)
+	}
+	runRedisPy(t, "ACL", args...)
+}
+
+// TestClientRedisPyCommands runs redis-py's tests of the geo commands,
+// SORT, MEMORY and MONITOR (test_commands.py's and test_monitor.py).
+func TestClientRedisPyCommands(t *testing.T) {
+	runRedisPy(t, "geo, SORT, MEMORY and MONITOR", "tests/test_commands.py", "tests/test_monitor.py", "-k", "geo or sort or memory or monitor")
+}
+
+// runRedisPy runs pytest with args on redis-py's test suite against a
+// fresh server; it fails unless some test passed and none failed.
+func runRedisPy(t *testing.T, what string, args ...string) {
+	py, err := exec.LookPath("python3")
+	src := os.Getenv("KVARRAY_REDISPY_SRC")
+	if src == "" {
+		src, _ = filepath.Abs(filepath.Join("clienttest", "redis-py"))
+	}
+	_, serr := os.Stat(filepath.Join(src, "tests", "test_commands.py"))
+	needClient(t, "redis-py's test suite with pytest", ".ci/run fetches it: pip download --no-deps --no-binary :all: redis==VERSION, unpacked in server/clienttest/redis-py",
+		err == nil && serr == nil && exec.Command(py, "-c", "import pytest, redis").Run() == nil)
+	ts := startServer(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	args = append([]string{"-m", "pytest"}, append(args, "-p", "no:cacheprovider", "-q", "--redis-url=redis://"+ts.addr)...)
+	cmd := exec.CommandContext(ctx, py, args...)
+	cmd.Dir = src
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-py's %s tests: %v\n%s", what, err, out)
+	}
+	if !bytes.Contains(out, []byte(" passed")) {
+		t.Fatalf("redis-py's %s tests ran none:\n%s", what, out)
+	}
+	t.Logf("%s", bytes.TrimSpace(out[bytes.LastIndexByte(bytes.TrimSpace(out), '\n')+1:]))
+}
+
+// redisPyACLDeselected are redis-py's ACL tests that need what kvarray
+// does not have:
+//   - test_acl_getuser_setuser expects ACL GETUSER to give back the rules
+//     as they were set (-@geo after +@hash), which Redis 7.2 does; Redis
+//     7.0, whose reduction of rules kvarray reproduces, answers without
+//     the -@geo that changes nothing.
+//   - test_acl_log counts 3 ACL LOG entries; kvarray logs 4: the denied
+//     key and HSET, and also the CLIENT SETINFO redis-py sends on connect,
+//     refused to a user with only +get +set +select (Redis 7.0 has no
+//     SETINFO; which Redis logs it is not settled here).
+var redisPyACLDeselected = []string{"test_acl_getuser_setuser", "test_acl_log"}

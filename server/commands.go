@@ -46,6 +46,9 @@ type arg struct {
 type entry struct {
 	*command
 	calls, usec atomic.Int64
+	// rejected: refused before running (arity, NOAUTH, NOPERM, ...);
+	// failed: ran and replied with an error (INFO commandstats).
+	rejected, failed atomic.Int64
 }
 
 func (e *entry) admin() bool { return slices.Contains(e.flags, "admin") }
@@ -129,13 +132,146 @@ var commands = []*command{
 	wcmd("incrby", 3, "string", "1.0.0", "Increments the integer value of a key by a number.", cmdIncr, keyArg("key"), intArg("increment")),
 	wcmd("decrby", 3, "string", "1.0.0", "Decrements the integer value of a key by a number.", cmdIncr, keyArg("key"), intArg("decrement")),
 	wcmd("incrbyfloat", 3, "string", "2.6.0", "Increments the floating point value of a key by a number.", cmdIncrByFloat, keyArg("key"), arg{name: "increment", typ: "double"}),
-	wcmd("setbit", 4, "bitmap", "2.2.0", "Sets or clears the bit at offset of the value (rewrites the value).", cmdSetBit, keyArg("key"), intArg("offset"), intArg("value")),
-	rcmd("getbit", 3, "bitmap", "2.2.0", "Returns the bit at offset of the value.", cmdGetBit, keyArg("key"), intArg("offset")),
+	wcmd("setbit", 4, "bitmap", "2.2.0", "Sets or clears the bit at offset of the value (written in place: docs/partial-io.md).", cmdSetBit, keyArg("key"), intArg("offset"), intArg("value")),
+	rcmd("getbit", 3, "bitmap", "2.2.0", "Returns the bit at offset of the value (reads its byte).", cmdGetBit, keyArg("key"), intArg("offset")),
 	rcmd("bitcount", -2, "bitmap", "2.6.0", "Counts the set bits of a value, optionally in a range of bytes or bits.", cmdBitCount, keyArg("key"),
 		optional(block("range", intArg("start"), intArg("end"), optional(oneof("unit", token("BYTE"), token("BIT")))))),
 	keyPos(rcmd("lcs", -3, "string", "7.0.0", "Finds the longest common subsequence of two values.", cmdLCS,
 		keyArg("key1"), keyArg("key2"), optional(token("LEN")), optional(token("IDX")),
 		optional(tokenArg("MINMATCHLEN", intArg("min-match-len"))), optional(token("WITHMATCHLEN"))), 2, 1),
+
+	// Hashes (hash.go; how they live on the array: package collection).
+	wcmd("hset", -4, "hash", "2.0.0", "Sets fields of a hash; returns how many were new.", cmdHSet, keyArg("key"), multiple(block("data", strArg("field"), strArg("value")))),
+	wcmd("hmset", -4, "hash", "2.0.0", "Sets fields of a hash.", cmdHSet, keyArg("key"), multiple(block("data", strArg("field"), strArg("value")))),
+	wcmd("hsetnx", 4, "hash", "2.0.0", "Sets a field of a hash only when it does not exist.", cmdHSetNX, keyArg("key"), strArg("field"), strArg("value")),
+	rcmd("hget", 3, "hash", "2.0.0", "Returns the value of a field of a hash.", cmdHGet, keyArg("key"), strArg("field")),
+	rcmd("hmget", -3, "hash", "2.0.0", "Returns the values of fields of a hash.", cmdHMGet, keyArg("key"), multiple(strArg("field"))),
+	wcmd("hdel", -3, "hash", "2.0.0", "Deletes fields of a hash; returns how many existed.", cmdHDel, keyArg("key"), multiple(strArg("field"))),
+	rcmd("hlen", 2, "hash", "2.0.0", "Returns the number of fields of a hash.", cmdHLen, keyArg("key")),
+	rcmd("hstrlen", 3, "hash", "3.2.0", "Returns the length of the value of a field of a hash.", cmdHStrlen, keyArg("key"), strArg("field")),
+	rcmd("hexists", 3, "hash", "2.0.0", "Tells whether a field of a hash exists.", cmdHStrlen, keyArg("key"), strArg("field")),
+	rcmd("hgetall", 2, "hash", "2.0.0", "Returns every field of a hash and its value.", cmdHGetAll, keyArg("key")),
+	rcmd("hkeys", 2, "hash", "2.0.0", "Returns every field of a hash.", cmdHGetAll, keyArg("key")),
+	rcmd("hvals", 2, "hash", "2.0.0", "Returns every value of a hash.", cmdHGetAll, keyArg("key")),
+	wcmd("hincrby", 4, "hash", "2.0.0", "Increments the integer value of a field of a hash.", cmdHIncrBy, keyArg("key"), strArg("field"), intArg("increment")),
+	wcmd("hincrbyfloat", 4, "hash", "2.6.0", "Increments the floating point value of a field of a hash.", cmdHIncrByFloat, keyArg("key"), strArg("field"), arg{name: "increment", typ: "double"}),
+	rcmd("hrandfield", -2, "hash", "6.2.0", "Returns random fields of a hash.", cmdHRandField, keyArg("key"),
+		optional(block("options", intArg("count"), optional(token("WITHVALUES"))))),
+	rcmd("hscan", -3, "hash", "2.8.0", "Iterates over the fields of a hash.", cmdHScan, keyArg("key"), intArg("cursor"),
+		optional(tokenArg("MATCH", arg{name: "pattern", typ: "pattern"})), optional(tokenArg("COUNT", intArg("count")))),
+
+	// Lists (list.go) and their blocking forms (blocking.go).
+	wcmd("lpush", -3, "list", "1.0.0", "Prepends elements to a list; returns its length.", cmdPush, keyArg("key"), multiple(strArg("element"))),
+	wcmd("rpush", -3, "list", "1.0.0", "Appends elements to a list; returns its length.", cmdPush, keyArg("key"), multiple(strArg("element"))),
+	wcmd("lpushx", -3, "list", "2.2.0", "Prepends elements to a list only when it exists.", cmdPush, keyArg("key"), multiple(strArg("element"))),
+	wcmd("rpushx", -3, "list", "2.2.0", "Appends elements to a list only when it exists.", cmdPush, keyArg("key"), multiple(strArg("element"))),
+	wcmd("lpop", -2, "list", "1.0.0", "Removes and returns the first elements of a list.", cmdPop, keyArg("key"), optional(intArg("count"))),
+	wcmd("rpop", -2, "list", "1.0.0", "Removes and returns the last elements of a list.", cmdPop, keyArg("key"), optional(intArg("count"))),
+	rcmd("llen", 2, "list", "1.0.0", "Returns the length of a list.", cmdLLen, keyArg("key")),
+	rcmd("lrange", 4, "list", "1.0.0", "Returns a range of elements of a list.", cmdLRange, keyArg("key"), intArg("start"), intArg("stop")),
+	rcmd("lindex", 3, "list", "1.0.0", "Returns an element of a list by its index.", cmdLIndex, keyArg("key"), intArg("index")),
+	wcmd("lset", 4, "list", "1.0.0", "Sets the element at an index of a list.", cmdLSet, keyArg("key"), intArg("index"), strArg("element")),
+	wcmd("linsert", 5, "list", "2.2.0", "Inserts an element before or after another in a list.", cmdLInsert, keyArg("key"),
+		oneof("where", token("BEFORE"), token("AFTER")), strArg("pivot"), strArg("element")),
+	wcmd("lrem", 4, "list", "1.0.0", "Removes elements equal to a value from a list.", cmdLRem, keyArg("key"), intArg("count"), strArg("element")),
+	wcmd("ltrim", 4, "list", "1.0.0", "Keeps only a range of elements of a list.", cmdLTrim, keyArg("key"), intArg("start"), intArg("stop")),
+	rcmd("lpos", -3, "list", "6.0.6", "Returns the indexes of elements equal to a value in a list.", cmdLPos, keyArg("key"), strArg("element"),
+		optional(tokenArg("RANK", intArg("rank"))), optional(tokenArg("COUNT", intArg("num-matches"))), optional(tokenArg("MAXLEN", intArg("len")))),
+	keyPos(wcmd("lmove", 5, "list", "6.2.0", "Moves an element from one list to another, all or nothing.", cmdLMove, keyArg("source"), keyArg("destination"),
+		oneof("wherefrom", token("LEFT"), token("RIGHT")), oneof("whereto", token("LEFT"), token("RIGHT"))), 2, 1),
+	keyPos(wcmd("rpoplpush", 3, "list", "1.2.0", "Moves the last element of a list to the head of another.", cmdRPopLPush, keyArg("source"), keyArg("destination")), 2, 1),
+	{name: "lmpop", arity: -4, flags: []string{"write"}, first: 2, last: -1, step: 1, acl: []string{"write", "list", "slow"}, group: "list", since: "7.0.0",
+		summary: "Pops elements from the first non-empty of lists.", complexity: "O(N+M) array calls",
+		args: []arg{intArg("numkeys"), multiple(keyArg("key")), oneof("where", token("LEFT"), token("RIGHT")), optional(tokenArg("COUNT", intArg("count")))}, run: cmdLMPop},
+	noScript(blocking(keyPos(wcmd("blpop", -3, "list", "2.0.0", "Pops the first element of the first non-empty list, or blocks until one is pushed.", cmdBPop,
+		multiple(keyArg("key")), arg{name: "timeout", typ: "double"}), -2, 1))),
+	noScript(blocking(keyPos(wcmd("brpop", -3, "list", "2.0.0", "Pops the last element of the first non-empty list, or blocks until one is pushed.", cmdBPop,
+		multiple(keyArg("key")), arg{name: "timeout", typ: "double"}), -2, 1))),
+	noScript(blocking(keyPos(wcmd("blmove", 6, "list", "6.2.0", "LMOVE, or blocks until the source has an element.", cmdBLMove, keyArg("source"), keyArg("destination"),
+		oneof("wherefrom", token("LEFT"), token("RIGHT")), oneof("whereto", token("LEFT"), token("RIGHT")), arg{name: "timeout", typ: "double"}), 2, 1))),
+	noScript(blocking(keyPos(wcmd("brpoplpush", 4, "list", "2.2.0", "RPOPLPUSH, or blocks until the source has an element.", cmdBRPopLPush,
+		keyArg("source"), keyArg("destination"), arg{name: "timeout", typ: "double"}), 2, 1))),
+	blocking(&command{name: "blmpop", arity: -5, flags: []string{"write"}, first: 3, last: -1, step: 1, acl: []string{"write", "list", "slow"}, group: "list", since: "7.0.0",
+		summary: "LMPOP, or blocks until one of the lists has an element.", complexity: "O(N+M) array calls",
+		args: []arg{arg{name: "timeout", typ: "double"}, intArg("numkeys"), multiple(keyArg("key")), oneof("where", token("LEFT"), token("RIGHT")), optional(tokenArg("COUNT", intArg("count")))}, run: cmdBLMPop}),
+
+	// Sets (set.go).
+	wcmd("sadd", -3, "set", "1.0.0", "Adds members to a set; returns how many were new.", cmdSAdd, keyArg("key"), multiple(strArg("member"))),
+	wcmd("srem", -3, "set", "1.0.0", "Removes members from a set; returns how many were there.", cmdSRem, keyArg("key"), multiple(strArg("member"))),
+	rcmd("scard", 2, "set", "1.0.0", "Returns the number of members of a set.", cmdSCard, keyArg("key")),
+	rcmd("sismember", 3, "set", "1.0.0", "Tells whether a member is in a set.", cmdSIsMember, keyArg("key"), strArg("member")),
+	rcmd("smismember", -3, "set", "6.2.0", "Tells whether each member is in a set.", cmdSIsMember, keyArg("key"), multiple(strArg("member"))),
+	rcmd("smembers", 2, "set", "1.0.0", "Returns every member of a set.", cmdSMembers, keyArg("key")),
+	rcmd("srandmember", -2, "set", "1.0.0", "Returns random members of a set.", cmdSRandMember, keyArg("key"), optional(intArg("count"))),
+	wcmd("spop", -2, "set", "1.0.0", "Removes and returns random members of a set.", cmdSPop, keyArg("key"), optional(intArg("count"))),
+	keyPos(wcmd("smove", 4, "set", "1.0.0", "Moves a member from one set to another, all or nothing.", cmdSMove, keyArg("source"), keyArg("destination"), strArg("member")), 2, 1),
+	keyPos(rcmd("sinter", -2, "set", "1.0.0", "Returns the intersection of sets.", cmdSetAlgebra, multiple(keyArg("key"))), -1, 1),
+	keyPos(rcmd("sunion", -2, "set", "1.0.0", "Returns the union of sets.", cmdSetAlgebra, multiple(keyArg("key"))), -1, 1),
+	keyPos(rcmd("sdiff", -2, "set", "1.0.0", "Returns the difference of the first set and the others.", cmdSetAlgebra, multiple(keyArg("key"))), -1, 1),
+	keyPos(wcmd("sinterstore", -3, "set", "1.0.0", "Stores the intersection of sets.", cmdSetStore, keyArg("destination"), multiple(keyArg("key"))), -1, 1),
+	keyPos(wcmd("sunionstore", -3, "set", "1.0.0", "Stores the union of sets.", cmdSetStore, keyArg("destination"), multiple(keyArg("key"))), -1, 1),
+	keyPos(wcmd("sdiffstore", -3, "set", "1.0.0", "Stores the difference of the first set and the others.", cmdSetStore, keyArg("destination"), multiple(keyArg("key"))), -1, 1),
+	{name: "sintercard", arity: -3, flags: []string{"readonly"}, first: 2, last: -1, step: 1, acl: []string{"read", "set", "slow"}, group: "set", since: "7.0.0",
+		summary: "Returns the number of members of the intersection of sets.", complexity: "O(N*M) worst case",
+		args: []arg{intArg("numkeys"), multiple(keyArg("key")), optional(tokenArg("LIMIT", intArg("limit")))}, run: cmdSInterCard},
+	rcmd("sscan", -3, "set", "2.6.0", "Iterates over the members of a set.", cmdSScan, keyArg("key"), intArg("cursor"),
+		optional(tokenArg("MATCH", arg{name: "pattern", typ: "pattern"})), optional(tokenArg("COUNT", intArg("count")))),
+
+	// Sorted sets (zset.go).
+	wcmd("zadd", -4, "sorted-set", "1.2.0", "Adds members to a sorted set or updates their scores (NX, XX, GT, LT, CH, INCR).", cmdZAdd, keyArg("key"),
+		optional(oneof("condition", token("NX"), token("XX"))), optional(oneof("comparison", token("GT"), token("LT"))), optional(token("CH")),
+		optional(token("INCR")), multiple(block("data", arg{name: "score", typ: "double"}, strArg("member")))),
+	wcmd("zincrby", 4, "sorted-set", "1.2.0", "Increments the score of a member of a sorted set.", cmdZAdd, keyArg("key"), intArg("increment"), strArg("member")),
+	wcmd("zrem", -3, "sorted-set", "1.2.0", "Removes members from a sorted set.", cmdZRem, keyArg("key"), multiple(strArg("member"))),
+	rcmd("zcard", 2, "sorted-set", "1.2.0", "Returns the number of members of a sorted set.", cmdZCard, keyArg("key")),
+	rcmd("zscore", 3, "sorted-set", "1.2.0", "Returns the score of a member of a sorted set.", cmdZScore, keyArg("key"), strArg("member")),
+	rcmd("zmscore", -3, "sorted-set", "6.2.0", "Returns the scores of members of a sorted set.", cmdZScore, keyArg("key"), multiple(strArg("member"))),
+	rcmd("zrank", 3, "sorted-set", "2.0.0", "Returns the rank of a member (lists the entries before it).", cmdZRank, keyArg("key"), strArg("member")),
+	rcmd("zrevrank", 3, "sorted-set", "2.0.0", "Returns the rank of a member from the highest score.", cmdZRank, keyArg("key"), strArg("member")),
+	rcmd("zcount", 4, "sorted-set", "2.0.0", "Counts the members with scores in a range.", cmdZCount, keyArg("key"), arg{name: "min", typ: "double"}, arg{name: "max", typ: "double"}),
+	rcmd("zlexcount", 4, "sorted-set", "2.8.9", "Counts the members in a lexicographical range.", cmdZCount, keyArg("key"), strArg("min"), strArg("max")),
+	rcmd("zrange", -4, "sorted-set", "1.2.0", "Returns members in a range of ranks, scores (BYSCORE) or members (BYLEX).", zrangeRead("", false, false), keyArg("key"),
+		strArg("start"), strArg("stop"), optional(oneof("sortby", token("BYSCORE"), token("BYLEX"))), optional(token("REV")),
+		optional(tokenArg("LIMIT", block("limit", intArg("offset"), intArg("count")))), optional(token("WITHSCORES"))),
+	keyPos(wcmd("zrangestore", -5, "sorted-set", "6.2.0", "Stores a range of a sorted set.", cmdZRangeStore, keyArg("dst"), keyArg("src"),
+		strArg("min"), strArg("max"), optional(oneof("sortby", token("BYSCORE"), token("BYLEX"))), optional(token("REV")),
+		optional(tokenArg("LIMIT", block("limit", intArg("offset"), intArg("count"))))), 2, 1),
+	rcmd("zrangebyscore", -4, "sorted-set", "1.0.5", "Returns members with scores in a range.", zrangeRead("score", false, true), keyArg("key"),
+		arg{name: "min", typ: "double"}, arg{name: "max", typ: "double"}, optional(token("WITHSCORES")), optional(tokenArg("LIMIT", block("limit", intArg("offset"), intArg("count"))))),
+	rcmd("zrevrangebyscore", -4, "sorted-set", "2.2.0", "Returns members with scores in a range, highest first.", zrangeRead("score", true, true), keyArg("key"),
+		arg{name: "max", typ: "double"}, arg{name: "min", typ: "double"}, optional(token("WITHSCORES")), optional(tokenArg("LIMIT", block("limit", intArg("offset"), intArg("count"))))),
+	rcmd("zrangebylex", -4, "sorted-set", "2.8.9", "Returns members in a lexicographical range.", zrangeRead("lex", false, true), keyArg("key"),
+		strArg("min"), strArg("max"), optional(tokenArg("LIMIT", block("limit", intArg("offset"), intArg("count"))))),
+	rcmd("zrevrangebylex", -4, "sorted-set", "2.8.9", "Returns members in a lexicographical range, in reverse.", zrangeRead("lex", true, true), keyArg("key"),
+		strArg("max"), strArg("min"), optional(tokenArg("LIMIT", block("limit", intArg("offset"), intArg("count"))))),
+	rcmd("zrevrange", -4, "sorted-set", "1.2.0", "Returns members in a range of ranks, highest score first.", zrangeRead("rank", true, true), keyArg("key"),
+		intArg("start"), intArg("stop"), optional(token("WITHSCORES"))),
+	wcmd("zpopmin", -2, "sorted-set", "5.0.0", "Removes and returns the members with the lowest scores.", cmdZPop, keyArg("key"), optional(intArg("count"))),
+	wcmd("zpopmax", -2, "sorted-set", "5.0.0", "Removes and returns the members with the highest scores.", cmdZPop, keyArg("key"), optional(intArg("count"))),
+	{name: "zmpop", arity: -4, flags: []string{"write"}, first: 2, last: -1, step: 1, acl: []string{"write", "sorted-set", "slow"}, group: "sorted-set", since: "7.0.0",
+		summary: "Removes and returns members from the first non-empty sorted set.", complexity: "O(K) + O(M*log(N))",
+		args: []arg{intArg("numkeys"), multiple(keyArg("key")), oneof("where", token("MIN"), token("MAX")), optional(tokenArg("COUNT", intArg("count")))}, run: cmdZMPop},
+	noScript(blocking(keyPos(wcmd("bzpopmin", -3, "sorted-set", "5.0.0", "ZPOPMIN of the first non-empty sorted set, or blocks until one has a member.", cmdBZPop,
+		multiple(keyArg("key")), arg{name: "timeout", typ: "double"}), -2, 1))),
+	noScript(blocking(keyPos(wcmd("bzpopmax", -3, "sorted-set", "5.0.0", "ZPOPMAX of the first non-empty sorted set, or blocks until one has a member.", cmdBZPop,
+		multiple(keyArg("key")), arg{name: "timeout", typ: "double"}), -2, 1))),
+	blocking(&command{name: "bzmpop", arity: -5, flags: []string{"write"}, first: 3, last: -1, step: 1, acl: []string{"write", "sorted-set", "slow"}, group: "sorted-set", since: "7.0.0",
+		summary: "ZMPOP, or blocks until one of the sorted sets has a member.", complexity: "O(K) + O(M*log(N))",
+		args: []arg{arg{name: "timeout", typ: "double"}, intArg("numkeys"), multiple(keyArg("key")), oneof("where", token("MIN"), token("MAX")), optional(tokenArg("COUNT", intArg("count")))}, run: cmdBZMPop}),
+	wcmd("zremrangebyrank", 4, "sorted-set", "2.0.0", "Removes the members in a range of ranks.", cmdZRemRange, keyArg("key"), intArg("start"), intArg("stop")),
+	wcmd("zremrangebyscore", 4, "sorted-set", "1.2.0", "Removes the members with scores in a range.", cmdZRemRange, keyArg("key"), arg{name: "min", typ: "double"}, arg{name: "max", typ: "double"}),
+	wcmd("zremrangebylex", 4, "sorted-set", "2.8.9", "Removes the members in a lexicographical range.", cmdZRemRange, keyArg("key"), strArg("min"), strArg("max")),
+	zalgebraCmd("zunion", false, "Returns the union of sorted sets (and sets)."),
+	zalgebraCmd("zinter", false, "Returns the intersection of sorted sets (and sets)."),
+	zalgebraCmd("zdiff", false, "Returns the difference of the first sorted set and the others."),
+	zalgebraCmd("zunionstore", true, "Stores the union of sorted sets (and sets)."),
+	zalgebraCmd("zinterstore", true, "Stores the intersection of sorted sets (and sets)."),
+	zalgebraCmd("zdiffstore", true, "Stores the difference of the first sorted set and the others."),
+	zalgebraCmd("zintercard", false, "Returns the number of members of the intersection of sorted sets."),
+	rcmd("zrandmember", -2, "sorted-set", "6.2.0", "Returns random members of a sorted set.", cmdZRandMember, keyArg("key"),
+		optional(block("options", intArg("count"), optional(token("WITHSCORES"))))),
+	rcmd("zscan", -3, "sorted-set", "2.8.0", "Iterates over the members of a sorted set and their scores.", cmdZScan, keyArg("key"), intArg("cursor"),
+		optional(tokenArg("MATCH", arg{name: "pattern", typ: "pattern"})), optional(tokenArg("COUNT", intArg("count")))),
 
 	// Keyspace.
 	keyPos(wcmd("del", -2, "generic", "1.0.0", "Deletes one or more keys; returns how many existed.", cmdDel, multiple(keyArg("key"))), -1, 1),
@@ -201,9 +337,6 @@ var commands = []*command{
 		group: "transactions", since: "2.2.0", summary: "Forgets about watched keys of a transaction.", complexity: "O(1)", run: cmdUnwatch},
 
 	// Server.
-	{name: "function", arity: -2, flags: []string{"noscript"}, acl: []string{"slow", "scripting"}, group: "scripting", since: "7.0.0",
-		summary: "FUNCTION FLUSH and LIST (kvarray has no scripting: there are no functions).", complexity: "O(1)",
-		args: []arg{strArg("subcommand"), optional(multiple(strArg("arg")))}, run: cmdFunction},
 	{name: "save", arity: 1, flags: []string{"admin", "noscript", "no_async_loading", "no_multi"}, acl: []string{"admin", "slow", "dangerous"}, group: "server", since: "1.0.0",
 		summary: "OK: every acknowledged write is already durable on the devices.", complexity: "O(1)", run: cmdSave, noTx: true},
 	{name: "lastsave", arity: 1, flags: []string{"loading", "stale", "fast"}, acl: []string{"admin", "fast", "dangerous"}, group: "server", since: "1.0.0",
@@ -265,6 +398,38 @@ func wcmd(name string, arity int, group, since, summary string, run func(*call),
 		acl: []string{"write", group, "slow"}, group: group, since: since, summary: summary, complexity: "O(1) array calls", args: args, run: run}
 }
 
+// blocking flags a row as a blocking command (COMMAND INFO's flag and
+// ACL category).
+func blocking(c *command) *command {
+	c.flags = append(slices.Clone(c.flags), "blocking")
+	c.acl = append(slices.Clone(c.acl), "blocking")
+	return c
+}
+
+// noScript flags a row noscript, as Redis 7.0 flags BLPOP, BRPOP, BLMOVE
+// and BRPOPLPUSH (not BLMPOP): scripts are refused them.
+func noScript(c *command) *command {
+	c.flags = append(slices.Clone(c.flags), "noscript")
+	return c
+}
+
+// zalgebraCmd is a row of ZUNION, ZINTER, ZDIFF, their STORE forms (a
+// destination first) or ZINTERCARD: numkeys, then the keys.
+func zalgebraCmd(name string, store bool, summary string) *command {
+	c := &command{name: name, arity: -3, flags: []string{"readonly"}, first: 2, last: -1, step: 1,
+		acl: []string{"read", "sorted-set", "slow"}, group: "sorted-set", since: "6.2.0", summary: summary,
+		complexity: "O(N) array calls, N the members of the inputs", run: cmdZAlgebra}
+	c.args = []arg{intArg("numkeys"), multiple(keyArg("key"))}
+	if store {
+		c.arity, c.flags, c.acl, c.first = -4, []string{"write", "denyoom"}, []string{"write", "sorted-set", "slow"}, 1
+		c.args = append([]arg{keyArg("destination")}, c.args...)
+	}
+	if name == "zintercard" {
+		c.since = "7.0.0"
+	}
+	return c
+}
+
 // keyPos sets where a row's keys are (COMMAND INFO).
 func keyPos(c *command, last, step int) *command {
 	c.last, c.step = last, step
@@ -282,14 +447,34 @@ type call struct {
 	e    *entry
 	// tx is the transaction EXEC is running this command in, if any.
 	tx *txn
+	// held: the command holds its keys' locks already (a blocking
+	// command's tries, blocking.go): lockKeys takes none.
+	held bool
+	// blocked: the command registered this waiter; the connection waits
+	// once the command has released its locks (afterCommand).
+	blocked *waiter
+	// phased: writeOps applies the ops of one list's push or pop in
+	// phases rather than through an intent record (list.go).
+	phased bool
 	// using is KVARRAY.SET's mechanism, kept for the transaction's
 	// intent record.
 	using string
+	// running: e.run has started; an error reply before it rejects the
+	// command, after it fails it.
+	running bool
 }
 
 // error replies with an error; msg starts with its code (ERR, NOPROTO…).
 func (c *call) error(msg string) {
 	c.s.stats.errors.Add(1)
+	c.s.errorStats.count(msg)
+	switch {
+	case c.e == nil:
+	case c.running:
+		c.e.failed.Add(1)
+	default:
+		c.e.rejected.Add(1)
+	}
 	c.w.WriteError(msg)
 }
 
@@ -312,6 +497,18 @@ func (c *call) ok() { c.w.WriteString("OK") }
 func (s *Server) serveRESP(rc redcon.Conn, cmd redcon.Command) {
 	cl, _ := rc.Context().(*conn)
 	if cl == nil || cl.quit || len(cmd.Args) == 0 {
+		return
+	}
+	if cl.push != nil || subscribing(cmd.Args[0]) || monitoring(cmd.Args[0]) {
+		// Messages may be sent to this connection: its replies go out
+		// with the write lock held, never split by one (pubsub.go).
+		cl.wmu.Lock()
+		defer cl.wmu.Unlock()
+		s.serveOne(rc, cl, cmd, nil)
+		if bw := redcon.BaseWriter(rc); bw != nil {
+			_ = bw.Flush()
+		}
+		cl.unsent = 0
 		return
 	}
 	if s.pipeline(rc, cl, cmd) {
@@ -338,6 +535,9 @@ func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *res
 		}
 	}
 	c := &call{s: s, rc: rc, cl: cl, args: cmd.Args, ctx: s.ctx, w: w}
+	// Deferred first, so it runs last: after the command's locks are
+	// released.
+	defer s.afterCommand(c)
 	for i, a := range cmd.Args {
 		if v, ok := cl.g.takeAside(a); ok {
 			if v == nil {
@@ -353,21 +553,39 @@ func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *res
 			return
 		}
 	}
+	// The checks run in Redis's order, inside MULTI too: a command that
+	// fails one is refused with its error and, in a transaction, makes
+	// EXEC abort; only a command that passes them all is queued. (Queuing
+	// first let a data user run admin commands through EXEC.)
 	e := s.lookup(cmd.Args[0])
-	if c.queue(e) {
-		return
-	}
 	if e == nil {
 		c.unknownCommand()
+		c.abortTx()
 		return
 	}
 	c.e = e
 	cl.lastCmd.Store(&e.name)
 	if n := len(cmd.Args); e.arity > 0 && n != e.arity || e.arity < 0 && n < -e.arity {
 		c.arityError(e.name)
+		c.abortTx()
 		return
 	}
 	if !s.permit(c) {
+		c.abortTx()
+		return
+	}
+	if cl.proto == 2 && !allowedSubscribed[e.name] && cl.subscribed() {
+		c.error(subscribedRefusal(e.name))
+		c.abortTx()
+		return
+	}
+	if cl.multi && (e.name == "exec" || !txCommands[e.name]) && !s.waitScript(c, e) {
+		return // BUSY: a script runs (scripting.go)
+	}
+	if c.queue(e) {
+		return
+	}
+	if !s.waitScript(c, e) {
 		return
 	}
 	defer s.observe(e.name, time.Now())
@@ -377,6 +595,9 @@ func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *res
 	s.waitPause(e)
 	switch {
 	case e.admin() || e.exclusive:
+	case slices.Contains(e.flags, "allow_busy") && e.name != "watch":
+		// Connection state only (MULTI, DISCARD, AUTH, HELLO, ...): they
+		// run while a script holds the lock, as Redis runs them.
 	case e.write():
 		if err := s.lockForWrite(c.ctx); err != nil {
 			c.fail(err)
@@ -388,7 +609,11 @@ func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *res
 		defer s.txmu.RUnlock()
 	}
 	start := time.Now()
-	defer func() { e.usec.Add(time.Since(start).Microseconds()) }()
+	defer func() {
+		d := time.Since(start)
+		e.usec.Add(d.Microseconds())
+		s.recordSlow(c, d)
+	}()
 	defer func() {
 		if r := recover(); r != nil {
 			// A bug: the reply may be half written, so the connection
@@ -404,7 +629,11 @@ func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *res
 			rc.Close()
 		}
 	}()
+	c.running = true
 	e.run(c)
+	// Idle from the command's end (CONFIG timeout), not its start.
+	cl.last.Store(time.Now().UnixNano())
+	s.feedMonitors(c)
 }
 
 // lookup finds a command by name, in any case, without allocating.

@@ -30,6 +30,30 @@ func TestSameAsRedis(t *testing.T) {
 		{"INCRBYFLOAT", "f", "1.5"}, {"INCRBYFLOAT", "f", "0.1"}, {"INCRBYFLOAT", "f", "-1.6"}, {"INCRBYFLOAT", "f", "x"},
 		{"INCRBYFLOAT", "s", "1"}, {"SET", "fl", "5.0e3"}, {"INCRBYFLOAT", "fl", "2.0e2"}, {"INCRBYFLOAT", "fl", "inf"},
 		{"SET", "ex1", "10", "EX", "100"}, {"INCR", "ex1"}, {"TTL", "ex1"},
+		// INCRBYFLOAT in long double, as Redis computes and prints it.
+		{"SET", "lf", "0.1"}, {"INCRBYFLOAT", "lf", "0.2"}, {"SET", "lf", "3.14"}, {"INCRBYFLOAT", "lf", "1"},
+		{"SET", "lf", "9223372036854775807"}, {"INCRBYFLOAT", "lf", "0"}, {"INCRBYFLOAT", "lf", "1_0"}, {"INCRBYFLOAT", "lf", "0x10"},
+		{"SET", "lf", "10"}, {"INCRBYFLOAT", "lf", "0x10"}, {"INCRBYFLOAT", "lf", "0X1p-2"}, {"INCRBYFLOAT", "lf", "1e400"},
+		{"INCRBYFLOAT", "lf", "-1e400"}, {"INCRBYFLOAT", "lf", "1e5000"}, {"INCRBYFLOAT", "lf", "1e-5000"}, {"INCRBYFLOAT", "lf", "+1.5"},
+		{"INCRBYFLOAT", "lf", "--1"}, {"INCRBYFLOAT", "lf", " 1"}, {"INCRBYFLOAT", "lf", "1 "}, {"INCRBYFLOAT", "lf", "nan"},
+		{"INCRBYFLOAT", "lf", "0b1"}, {"INCRBYFLOAT", "lf", ".5"}, {"INCRBYFLOAT", "lf", "5."}, {"INCRBYFLOAT", "lf", "-INFINITY"},
+		{"INCRBYFLOAT", "lf", "1.7976931348623157e308"}, {"INCRBYFLOAT", "lf", "1.7976931348623157e308"}, {"INCRBYFLOAT", "lf", "1e-300"},
+		{"SET", "lf", "-0.5"}, {"INCRBYFLOAT", "lf", "0.5"}, {"INCRBYFLOAT", "lf", "-1e-20"}, {"INCRBYFLOAT", "lf", "123456789.123456789"},
+		{"SET", "lf", "1e4931"}, {"INCRBYFLOAT", "lf", "1e4931"},
+		// Integer arguments as Redis's string2ll reads them.
+		{"INCRBY", "n", "+1"}, {"INCRBY", "n", "01"}, {"INCRBY", "n", "-0"}, {"INCRBY", "n", "+0"}, {"INCRBY", "n", "0"},
+		{"EXPIRE", "n", "+5"}, {"SETEX", "n", "01", "v"}, {"SET", "n", "v", "EX", "+1"}, {"GETRANGE", "ap", "+0", "1"},
+		{"SETRANGE", "nn", "01", "x"}, {"SETBIT", "nn", "+1", "1"}, {"SELECT", "+1"}, {"SELECT", "-0"}, {"SCAN", "0", "COUNT", "+10"},
+		{"MOVE", "n", "+1"}, {"COPY", "n", "n2", "DB", "01"}, {"SWAPDB", "+0", "1"},
+		{"WAIT", "x", "0"}, {"WAIT", "0", "x"}, {"WAIT", "0", "-1"}, {"WAIT", "+0", "0"}, {"WAIT", "0", "0"},
+		// BITCOUNT with negative indexes, start past end: 0 in Redis 7.0.
+		{"SET", "bn", "foobar"}, {"BITCOUNT", "bn", "-1", "-2"}, {"BITCOUNT", "bn", "-1", "-2", "BIT"}, {"BITCOUNT", "nokey", "-1", "-2"},
+		{"BITCOUNT", "bn", "-2", "-1"}, {"BITCOUNT", "bn", "2", "1"},
+		// OBJECT ENCODING after APPEND of nothing (raw), SETRANGE of
+		// nothing (unchanged) and INCRBYFLOAT to a fraction.
+		{"SET", "oe", "abc"}, {"APPEND", "oe", ""}, {"OBJECT", "ENCODING", "oe"}, {"APPEND", "oe2", ""}, {"OBJECT", "ENCODING", "oe2"},
+		{"SET", "oe4", "abc"}, {"SETRANGE", "oe4", "1", ""}, {"OBJECT", "ENCODING", "oe4"},
+		{"SET", "oe3", "1"}, {"INCRBYFLOAT", "oe3", "0.5"}, {"OBJECT", "ENCODING", "oe3"},
 		// Ranges and appends.
 		{"APPEND", "ap", "hello"}, {"APPEND", "ap", " world"}, {"GET", "ap"}, {"STRLEN", "ap"}, {"STRLEN", "nokey"},
 		{"GETRANGE", "ap", "0", "4"}, {"GETRANGE", "ap", "-5", "-1"}, {"GETRANGE", "ap", "5", "3"}, {"GETRANGE", "ap", "-100", "100"},
@@ -84,17 +108,7 @@ func TestSameAsRedis(t *testing.T) {
 		{"WAIT", "0", "0"}, {"ECHO", "x"}, {"CLIENT", "REPLY", "BOGUS"},
 		{"FLUSHALL"}, {"DBSIZE"},
 	}
-	for _, proto := range []string{"2", "3"} {
-		k, r := ts.dial(), (&testServer{t: t, addr: redisAddr}).dial()
-		k.do("HELLO", proto)
-		r.do("HELLO", proto)
-		for _, args := range script {
-			want, got := r.do(args...), k.do(args...)
-			if got.String() != want.String() {
-				t.Errorf("RESP%s %q:\nkvarray %v\nredis   %v", proto, args, got, want)
-			}
-		}
-	}
+	compareWithRedis(t, ts, redisAddr, script)
 }
 
 // TestRESP3Replies checks the RESP3 types of replies whose shape the
@@ -167,4 +181,128 @@ func TestDatabases(t *testing.T) {
 	if r := c.do("INFO", "keyspace"); !strings.Contains(r.str, "db3:keys=1,expires=0") {
 		t.Errorf("INFO keyspace = %q", r.str)
 	}
+}
+
+// TestStatsSameAsRedis: INFO commandstats' calls, rejected_calls and
+// failed_calls, and INFO errorstats, count what Redis 7 counts for the same
+// commands (a rejected call is refused before it runs: arity, an unknown
+// command, a command queued in a transaction that aborts; a failed one ran
+// and answered an error, inside EXEC too).
+func TestStatsSameAsRedis(t *testing.T) {
+	ts := startServer(t, "")
+	redisAddr := startRedis(t)
+	script := [][]string{
+		{"SET", "a"}, {"SET", "s", "x"}, {"INCR", "s"}, {"NOSUCH", "x"}, {"GET", "s"}, {"GET", "s", "x"},
+		{"MULTI"}, {"SET", "t"}, {"EXEC"},
+		{"MULTI"}, {"SET", "q", "x"}, {"INCR", "q"}, {"EXEC"},
+		{"EXPIRE", "s", "x"}, {"SELECT", "99"}, {"INCRBYFLOAT", "s", "1"}, {"SETBIT", "s", "-1", "1"},
+	}
+	stats := func(c *rawConn) (map[string]string, string) {
+		cmds := map[string]string{}
+		for _, line := range strings.Split(c.do("INFO", "commandstats").str, "\r\n") {
+			name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+			if !ok {
+				continue
+			}
+			var kept []string
+			for _, f := range strings.Split(rest, ",") {
+				if !strings.HasPrefix(f, "usec") {
+					kept = append(kept, f)
+				}
+			}
+			cmds[name] = strings.Join(kept, ",")
+		}
+		return cmds, c.do("INFO", "errorstats").str
+	}
+	k, r := ts.dial(), (&testServer{t: t, addr: redisAddr}).dial()
+	for _, c := range []*rawConn{k, r} {
+		c.do("CONFIG", "RESETSTAT")
+		for _, args := range script {
+			c.do(args...)
+		}
+	}
+	kc, ke := stats(k)
+	rc, re := stats(r)
+	for _, name := range []string{"set", "incr", "get", "multi", "exec", "expire", "select", "incrbyfloat", "setbit"} {
+		if kc[name] != rc[name] {
+			t.Errorf("cmdstat_%s: kvarray %q, redis %q", name, kc[name], rc[name])
+		}
+	}
+	if ke != re {
+		t.Errorf("INFO errorstats:\nkvarray %q\nredis   %q", ke, re)
+	}
+}
+
+// TestCollectionsSameAsRedis: TestSameAsRedis for hashes and sets (only
+// replies whose order Redis fixes: a listpack hash's, an intset's).
+func TestCollectionsSameAsRedis(t *testing.T) {
+	ts := startServer(t, "")
+	redisAddr := startRedis(t)
+	script := [][]string{
+		{"FLUSHALL"},
+		{"HSET", "h", "a", "1", "b", "2"}, {"HSET", "h", "a", "3", "c", "4"}, {"HSET", "h", "x"}, {"HSET", "h"}, {"HMSET", "h", "d", "5"},
+		{"HGET", "h", "a"}, {"HGET", "h", "zz"}, {"HGET", "nokey", "a"}, {"HMGET", "h", "a", "zz", "c"}, {"HMGET", "nokey", "a"},
+		{"HGETALL", "h"}, {"HKEYS", "h"}, {"HVALS", "h"}, {"HGETALL", "nokey"}, {"HLEN", "h"}, {"HLEN", "nokey"},
+		{"HSETNX", "h", "a", "x"}, {"HSETNX", "h", "e", "6"}, {"HEXISTS", "h", "e"}, {"HEXISTS", "h", "zz"}, {"HSTRLEN", "h", "e"},
+		{"HSTRLEN", "h", "zz"}, {"HINCRBY", "h", "a", "10"}, {"HINCRBY", "h", "new", "-5"}, {"HINCRBY", "h", "a", "x"},
+		{"HINCRBY", "h", "a", "9223372036854775807"}, {"HSET", "h", "f", "1.5"}, {"HINCRBY", "h", "f", "1"},
+		{"HINCRBYFLOAT", "h", "f", "2.25"}, {"HINCRBYFLOAT", "h", "f", "x"}, {"HINCRBYFLOAT", "h", "f", "inf"},
+		{"HINCRBYFLOAT", "h", "nf", "3"}, {"HSET", "h", "sp", " 1"}, {"HINCRBYFLOAT", "h", "sp", "1"},
+		{"HDEL", "h", "a", "zz", "b"}, {"HDEL", "nokey", "a"}, {"HGETALL", "h"}, {"TYPE", "h"}, {"OBJECT", "ENCODING", "h"},
+		{"HSCAN", "h", "0"}, {"HSCAN", "h", "0", "MATCH", "c*"}, {"HSCAN", "h", "0", "COUNT", "0"}, {"HSCAN", "h", "x"},
+		{"HRANDFIELD", "nokey"}, {"HRANDFIELD", "nokey", "3"}, {"HRANDFIELD", "h", "0"}, {"HRANDFIELD", "h", "1", "BOGUS"},
+		{"SET", "str", "v"}, {"HGET", "str", "a"}, {"HSET", "str", "a", "1"}, {"GET", "h"}, {"INCR", "h"}, {"APPEND", "h", "x"},
+		{"STRLEN", "h"}, {"MGET", "h", "str"}, {"SET", "h2", "x"}, {"HSET", "h2x", "a", "1"}, {"SET", "h2x", "over"}, {"GET", "h2x"},
+		{"EXPIRE", "h", "100"}, {"TTL", "h"}, {"PERSIST", "h"}, {"TTL", "h"}, {"RENAME", "h", "h3"}, {"HGETALL", "h3"},
+		{"COPY", "h3", "h4"}, {"HGETALL", "h4"}, {"EXISTS", "h3", "h4", "h"}, {"DEL", "h3", "h4"},
+		// Sets.
+		{"SADD", "i", "3", "1", "2", "2"}, {"SMEMBERS", "i"}, {"OBJECT", "ENCODING", "i"}, {"SCARD", "i"}, {"SCARD", "nokey"},
+		{"SISMEMBER", "i", "2"}, {"SISMEMBER", "i", "9"}, {"SMISMEMBER", "i", "1", "9"}, {"SMISMEMBER", "i"},
+		{"SADD", "j", "2", "3", "4"}, {"SINTER", "i", "j"}, {"SUNION", "i", "j"}, {"SDIFF", "i", "j"}, {"SINTER", "i", "nokey"},
+		{"SINTERCARD", "2", "i", "j"}, {"SINTERCARD", "2", "i", "j", "LIMIT", "1"}, {"SINTERCARD", "0", "i"}, {"SINTERCARD", "3", "i"},
+		{"SINTERCARD", "1", "i", "LIMIT", "-1"}, {"SINTERCARD", "1", "i", "FOO"},
+		{"SINTERSTORE", "d", "i", "j"}, {"SMEMBERS", "d"}, {"SUNIONSTORE", "d", "i", "j"}, {"SMEMBERS", "d"},
+		{"SDIFFSTORE", "d", "i", "i"}, {"EXISTS", "d"}, {"SET", "d", "str"}, {"SUNIONSTORE", "d", "i"}, {"TYPE", "d"},
+		{"SREM", "i", "1", "9"}, {"SMEMBERS", "i"}, {"SMOVE", "i", "j", "2"}, {"SMOVE", "i", "j", "9"}, {"SMOVE", "nokey", "j", "2"},
+		{"SMOVE", "j", "str", "3"}, {"SMOVE", "j", "j", "3"}, {"SMEMBERS", "j"}, {"SADD", "j", "x"}, {"OBJECT", "ENCODING", "j"},
+		{"SREM", "j", "x"}, {"OBJECT", "ENCODING", "j"}, {"SPOP", "nokey"}, {"SPOP", "nokey", "2"}, {"SPOP", "j", "-1"},
+		{"SRANDMEMBER", "nokey"}, {"SRANDMEMBER", "nokey", "3"}, {"SRANDMEMBER", "j", "0"}, {"SRANDMEMBER", "j", "x"},
+		{"SADD", "one", "a"}, {"SPOP", "one"}, {"EXISTS", "one"}, {"SADD", "one", "a"}, {"SRANDMEMBER", "one", "-2"},
+		{"SPOP", "one", "5"}, {"SSCAN", "i", "0"}, {"SSCAN", "nokey", "0"}, {"SADD", "str", "a"}, {"SMEMBERS", "str"},
+		{"SINTER", "i", "str"}, {"SINTERSTORE", "d2", "str"}, {"TYPE", "i"}, {"GET", "i"},
+		{"MULTI"}, {"HSET", "tx", "a", "1"}, {"HGET", "tx", "a"}, {"SADD", "txs", "1"}, {"SCARD", "txs"}, {"EXEC"},
+		{"FLUSHALL"},
+	}
+	compareWithRedis(t, ts, redisAddr, script)
+}
+
+// compareWithRedis runs script on kvarray and on the redis-server at
+// redisAddr, in RESP2 and then RESP3, and reports every reply that differs.
+func compareWithRedis(t *testing.T, ts *testServer, redisAddr string, script [][]string) {
+	t.Helper()
+	for _, proto := range []string{"2", "3"} {
+		k, r := ts.dial(), (&testServer{t: t, addr: redisAddr}).dial()
+		k.do("HELLO", proto)
+		r.do("HELLO", proto)
+		for _, args := range script {
+			want, got := r.do(args...), k.do(args...)
+			if got.String() != want.String() {
+				t.Errorf("RESP%s %q:\nkvarray %v\nredis   %v", proto, args, got, want)
+			}
+		}
+	}
+}
+
+// TestEmptyKeySameAsRedis: the empty key is a key like any other, of
+// every type, listed by KEYS and SCAN, with a TTL.
+func TestEmptyKeySameAsRedis(t *testing.T) {
+	ts := startServer(t, "")
+	redisAddr := startRedis(t)
+	compareWithRedis(t, ts, redisAddr, [][]string{
+		{"FLUSHALL"}, {"GET", ""}, {"EXISTS", ""}, {"SET", "", "v"}, {"GET", ""}, {"EXISTS", ""}, {"STRLEN", ""},
+		{"APPEND", "", "w"}, {"GET", ""}, {"KEYS", "*"}, {"SCAN", "0"}, {"DBSIZE"}, {"EXPIRE", "", "100"}, {"TTL", ""},
+		{"RENAME", "", "x"}, {"GET", "x"}, {"RENAME", "x", ""}, {"TYPE", ""}, {"DEL", ""}, {"EXISTS", ""},
+		{"HSET", "", "", ""}, {"HGET", "", ""}, {"HGETALL", ""}, {"TYPE", ""}, {"DEL", ""},
+		{"SADD", "", ""}, {"SISMEMBER", "", ""}, {"SMEMBERS", ""}, {"TYPE", ""}, {"DEL", ""}, {"DBSIZE"},
+	})
 }

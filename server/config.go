@@ -1,18 +1,53 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"github.com/kvarray/kvarray/internal/glob"
+	"github.com/kvarray/kvarray/internal/hll"
+	"github.com/kvarray/kvarray/pubsub"
 )
 
 // runtimeConfig is what CONFIG SET can change while the server runs.
 type runtimeConfig struct {
 	maxClients atomic.Int64
+	notify     atomic.Uint32 // pubsub.Events: notify-keyspace-events
+	// busyMs is busy-reply-threshold (lua-time-limit), in milliseconds.
+	busyMs atomic.Int64
+	// hllSparse is hll-sparse-max-bytes (hyperloglog.go).
+	hllSparse atomic.Int64
+	// slow is the slow log and its parameters, latencyThreshold
+	// latency-monitor-threshold (introspect.go).
+	slow             slowlog
+	latencyThreshold atomic.Int64
+	// requirepass is CONFIG's requirepass (introspect.go).
+	requirepass atomic.Pointer[string]
 }
 
-func (rc *runtimeConfig) init(o options) { rc.maxClients.Store(int64(o.maxClients)) }
+func (rc *runtimeConfig) init(o options) {
+	rc.maxClients.Store(int64(o.maxClients))
+	rc.busyMs.Store(DefaultBusyThreshold.Milliseconds())
+	rc.hllSparse.Store(hll.DefaultSparseMax)
+	rc.slow.slower, rc.slow.max = 10000, 128
+	rc.requirepass.Store(&o.auth.requirepass)
+}
+
+// busyThreshold is busy-reply-threshold and its old name lua-time-limit.
+func busyThreshold(name string) param {
+	return param{name: name, get: func(s *Server) string { return strconv.FormatInt(s.cfg.busyMs.Load(), 10) },
+		set: func(s *Server, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return fmt.Errorf("argument must be between 0 and 9223372036854775807 inclusive")
+			}
+			s.cfg.busyMs.Store(n)
+			return nil
+		}}
+}
 
 // param is one CONFIG parameter: its value, and how to set it (nil: it
 // cannot change at run time).
@@ -41,11 +76,30 @@ var params = []param{
 			s.cfg.maxClients.Store(n)
 			return nil
 		}},
+	{name: "acllog-max-len", get: func(s *Server) string { return strconv.Itoa(s.acl.MaxLog()) },
+		set: func(s *Server, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return fmt.Errorf("argument must be between 0 and 9223372036854775807 inclusive")
+			}
+			s.acl.SetMaxLog(int(min(n, 1<<31)))
+			return nil
+		}},
+	busyThreshold("busy-reply-threshold"),
+	busyThreshold("lua-time-limit"),
 	{name: "maxmemory", get: constant("0")},
-	{name: "maxmemory-policy", get: constant("noeviction")},
+	{name: "notify-keyspace-events", get: func(s *Server) string { return s.notifyConf().String() },
+		set: func(s *Server, v string) error {
+			e, ok := pubsub.ParseEvents(v)
+			if !ok {
+				//lint:ignore ST1005 Redis's own wording, in its reply
+				return errors.New("Invalid event class character. Use 'Ag$lshzxeKEtmdn'.")
+			}
+			s.cfg.notify.Store(uint32(e))
+			return nil
+		}},
 	{name: "proto-max-bulk-len", get: func(s *Server) string { return strconv.FormatInt(s.o.maxBulk, 10) }},
 	{name: "client-query-buffer-limit", get: func(s *Server) string { return strconv.FormatInt(s.o.maxRequest, 10) }},
-	{name: "timeout", get: constant("0")},
 	{name: "cluster-enabled", get: constant("no")},
 	{name: "hz", get: constant(strconv.Itoa(int(1000 / expiryPeriod.Milliseconds())))},
 }
@@ -72,7 +126,7 @@ func cmdConfig(c *call) {
 		var out []*param
 		for i := range params {
 			for _, pat := range c.args[2:] {
-				if globMatch([]byte(strings.ToLower(string(pat))), []byte(params[i].name)) {
+				if glob.Match([]byte(strings.ToLower(string(pat))), []byte(params[i].name)) {
 					out = append(out, &params[i])
 					break
 				}
@@ -136,7 +190,11 @@ func (s *Server) resetStats() {
 		v.Store(0)
 	}
 	for _, e := range s.cmds {
-		e.calls.Store(0)
-		e.usec.Store(0)
+		for _, v := range []*atomic.Int64{&e.calls, &e.usec, &e.rejected, &e.failed} {
+			v.Store(0)
+		}
 	}
+	s.errorStats.mu.Lock()
+	s.errorStats.codes = nil
+	s.errorStats.mu.Unlock()
 }

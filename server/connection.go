@@ -3,7 +3,6 @@ package server
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -13,6 +12,17 @@ import (
 const redisVersion = "7.0.0"
 
 func cmdPing(c *call) {
+	if !c.w.resp3() && c.cl.subscribed() {
+		// RESP2 in subscribed mode: a reply shaped as a message.
+		var msg []byte
+		if len(c.args) > 1 {
+			msg = c.args[1]
+		}
+		c.w.WriteArray(2)
+		c.w.WriteBulkString("pong")
+		c.w.WriteBulk(msg)
+		return
+	}
 	switch len(c.args) {
 	case 1:
 		c.w.WriteString("PONG")
@@ -33,7 +43,7 @@ func cmdEcho(c *call) { c.w.WriteBulk(c.args[1]) }
 func cmdHello(c *call) {
 	next, proto := 1, c.cl.proto
 	if len(c.args) >= 2 {
-		v, err := strconv.ParseInt(string(c.args[1]), 10, 64)
+		v, err := parseInt(c.args[1])
 		if err != nil {
 			c.error("ERR Protocol version is not an integer or out of range")
 			return
@@ -76,12 +86,18 @@ func cmdHello(c *call) {
 		// Run AUTH user pass into a scratch reply: an error is HELLO's.
 		scratch := &respWriter{proto: c.w.proto}
 		auth := *c
-		auth.args, auth.w = [][]byte{[]byte("auth"), user, pass}, scratch
+		// args[0] as sent: a failed AUTH's ACL LOG object is HELLO, as in Redis.
+		auth.args, auth.w = [][]byte{c.args[0], user, pass}, scratch
 		cmdAuth(&auth)
 		if len(scratch.b) > 0 && scratch.b[0] == '-' {
 			c.w.raw(scratch.b)
 			return
 		}
+	}
+	if c.s.who(c.cl) == nil {
+		// Redis 7: the server's properties only to an authenticated client.
+		c.error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
+		return
 	}
 	if setName {
 		c.cl.mu.Lock()
@@ -89,6 +105,7 @@ func cmdHello(c *call) {
 		c.cl.mu.Unlock()
 	}
 	c.cl.proto, c.w.proto = proto, proto
+	c.cl.proto3.Store(proto == 3)
 	c.w.WriteMap(7)
 	c.w.WriteBulkString("server")
 	c.w.WriteBulkString("redis")
@@ -220,6 +237,8 @@ func cmdClient(c *call) {
 		c.w.WriteVerbatim(b.String())
 	case "kill":
 		c.clientKill()
+	case "unblock":
+		c.clientUnblock()
 	case "pause":
 		c.clientPause()
 	case "unpause":
@@ -259,7 +278,9 @@ func cmdClient(c *call) {
 			c.w.WriteString(l)
 		}
 	default:
-		c.unknownSubcommand("client")
+		if !c.clientTracking(sub) {
+			c.unknownSubcommand("client")
+		}
 	}
 }
 
@@ -339,6 +360,8 @@ func cmdCommand(c *call) {
 			c.w.WriteBulkString(cmd.name)
 			writeDocs(c, cmd)
 		}
+	case "getkeys", "getkeysandflags":
+		commandGetKeys(c, sub == "getkeysandflags")
 	case "help":
 		help := []string{"COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
 			"(no subcommand)", "    Return details about all commands.",
@@ -346,6 +369,8 @@ func cmdCommand(c *call) {
 			"LIST", "    Return a list of all commands.",
 			"INFO [<command-name> ...]", "    Return details about the given commands, or all of them.",
 			"DOCS [<command-name> ...]", "    Return documentation about the given commands, or all of them.",
+			"GETKEYS <full-command>", "    Return the keys from a full Redis command.",
+			"GETKEYSANDFLAGS <full-command>", "    Return the keys and the access flags from a full Redis command.",
 			"HELP", "    Print this help."}
 		c.lines(help)
 	default:
@@ -388,8 +413,10 @@ func (s *Server) writeInfo(c *call, cmd *command) {
 	c.w.WriteInt(cmd.first)
 	c.w.WriteInt(cmd.last)
 	c.w.WriteInt(cmd.step)
-	c.w.WriteSet(len(cmd.acl))
-	for _, a := range cmd.acl {
+	// The ACL's categories: Redis's for the commands Redis has.
+	cats := s.acl.Table().Lookup(cmd.name).Categories.Names()
+	c.w.WriteSet(len(cats))
+	for _, a := range cats {
 		c.w.WriteString("@" + a)
 	}
 	c.w.WriteSet(0) // tips
@@ -464,4 +491,38 @@ func (c *call) lines(ls []string) {
 	for _, l := range ls {
 		c.w.WriteString(l)
 	}
+}
+
+// clientUnblock: CLIENT UNBLOCK id [TIMEOUT|ERROR]: 1 if the client was
+// blocked (it gets a timeout's reply, or the UNBLOCKED error), else 0.
+func (c *call) clientUnblock() {
+	if len(c.args) != 3 && len(c.args) != 4 {
+		c.arityError("client|unblock")
+		return
+	}
+	id, err := parseInt(c.args[2])
+	if err != nil {
+		c.error(errNotInt)
+		return
+	}
+	why := cancelTimeout
+	if len(c.args) == 4 {
+		switch upper(c.args[3]) {
+		case "TIMEOUT":
+		case "ERROR":
+			why = cancelError
+		default:
+			c.error("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
+			return
+		}
+	}
+	c.s.mu.Lock()
+	var target *conn
+	for _, cl := range c.s.connList() {
+		if cl.id == id {
+			target = cl
+		}
+	}
+	c.s.mu.Unlock()
+	c.w.WriteInt(b2i(target != nil && c.s.unblock(target, why)))
 }

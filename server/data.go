@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/internal/fanout"
+	"github.com/kvarray/kvarray/internal/glob"
 	"github.com/kvarray/kvarray/internal/keylock"
 	"github.com/kvarray/kvarray/keyspace"
 )
@@ -28,6 +30,12 @@ type txn struct {
 	ops  map[string]int // array key → index in list
 	list []keyspace.Op
 	dbs  []int // logical db of each op, for touch
+	// events are the keyspace notifications of the queued commands,
+	// published once the transaction is committed (notify.go).
+	events []event
+	// touched: keys whose collections the ops change through their
+	// elements alone (their own ops name no key), for touch.
+	touched []watchKey
 }
 
 func (t *txn) record(ak []byte, db int, op keyspace.Op) {
@@ -55,9 +63,9 @@ func (t *txn) added(db int, keys [][]byte, after, next []byte, prefix, pattern [
 	for i, op := range t.list {
 		ak := keyspace.RawKey(op.Phys, op.Key)
 		switch {
-		case t.dbs[i] != db, op.Del, have[string(op.Key)], !bytes.HasPrefix(op.Key, prefix),
+		case t.dbs[i] != db, op.Phys == keyspace.Internal, op.Del, have[string(op.Key)], !bytes.HasPrefix(op.Key, prefix),
 			after != nil && bytes.Compare(ak, after) <= 0, next != nil && bytes.Compare(ak, next) > 0,
-			pattern != nil && !globMatch(pattern, op.Key):
+			pattern != nil && !glob.Match(pattern, op.Key):
 			continue
 		}
 		keys = append(keys, op.Key)
@@ -76,14 +84,33 @@ func (t *txn) lookup(ak []byte) (keyspace.Op, bool) {
 // value is a Redis value, its expire-at (Unix ms, 0 for none) and
 // encoding flag (keyspace.Value.Raw: set by the commands that change a
 // value in place, kept by those that change only its expiry).
+//
+// A collection's value has its type and version (keyspace.Value.Type,
+// Ver); v is then its encoded value (package collection).
 type value struct {
 	v   []byte
 	at  int64
 	raw bool
+	typ byte
+	ver uint64
 }
 
-// get reads key of database db: found false if absent or expired.
+func (v value) ks() keyspace.Value {
+	return keyspace.Value{V: v.v, At: v.at, Raw: v.raw, Type: v.typ, Ver: v.ver}
+}
+
+// get reads the string under key of database db: found false if absent
+// or expired, keyspace.ErrWrongType if it holds another type.
 func (c *call) get(db int, key []byte) (value, bool, error) {
+	v, found, err := c.getAny(db, key)
+	if err == nil && found && v.typ != keyspace.TypeString {
+		return value{}, false, fmt.Errorf("key %q: %w", truncate(key, 32), keyspace.ErrWrongType)
+	}
+	return v, found, err
+}
+
+// getAny reads key of database db, of any type.
+func (c *call) getAny(db int, key []byte) (value, bool, error) {
 	if err := c.s.checkKey(key); err != nil {
 		return value{}, false, err
 	}
@@ -92,14 +119,14 @@ func (c *call) get(db int, key []byte) (value, bool, error) {
 			if op.Del || keyspace.Expired(op.At, keyspace.NowMs()) {
 				return value{}, false, nil
 			}
-			return value{op.Val, op.At, op.Raw}, true, nil
+			return value{op.Val, op.At, op.Raw, op.Type, op.Ver}, true, nil
 		}
 	}
 	c.s.stats.retrieves.Add(1)
 	v, err := c.s.ks.Load(c.ctx, db, key)
 	switch {
 	case err == nil:
-		return value{v.V, v.At, v.Raw}, true, nil
+		return value{v.V, v.At, v.Raw, v.Type, v.Ver}, true, nil
 	case errors.Is(err, array.ErrNotFound):
 		return value{}, false, nil
 	}
@@ -114,7 +141,9 @@ func (c *call) put(db int, key []byte, val value, opts ...array.CallOption) erro
 		return err
 	}
 	if c.tx != nil {
-		op := c.s.ks.Op(db, key, keyspace.Value{V: slices.Clone(val.v), At: val.at, Raw: val.raw}, false)
+		kv := val.ks()
+		kv.V = slices.Clone(val.v)
+		op := c.s.ks.Op(db, key, kv, false)
 		if len(opts) > 0 {
 			op.Using = c.using
 		}
@@ -123,23 +152,29 @@ func (c *call) put(db int, key []byte, val value, opts ...array.CallOption) erro
 	}
 	c.s.stats.stores.Add(1)
 	c.s.observeStore(len(val.v), opts)
-	err := c.s.ks.Save(c.ctx, db, key, keyspace.Value{V: val.v, At: val.at, Raw: val.raw}, opts...)
+	err := c.s.ks.Save(c.ctx, db, key, val.ks(), opts...)
 	c.s.touch(db, key)
 	return err
 }
 
 // remove deletes key of db and reports whether it existed.
-func (c *call) remove(db int, key []byte) (bool, error) {
+func (c *call) remove(db int, key []byte) (bool, error) { return c.removeKeep(db, key, false) }
+
+// removeKeep is remove; keep says a collection's elements moved to
+// another key with its value (keyspace.Op.Keep).
+func (c *call) removeKeep(db int, key []byte, keep bool) (bool, error) {
 	if c.tx != nil {
-		_, found, err := c.get(db, key)
+		_, found, err := c.getAny(db, key)
 		if err != nil {
 			return false, err
 		}
-		c.tx.record(c.s.ks.Key(db, key), db, c.s.ks.Op(db, key, keyspace.Value{}, true))
+		op := c.s.ks.Op(db, key, keyspace.Value{}, true)
+		op.Keep = keep
+		c.tx.record(c.s.ks.Key(db, key), db, op)
 		return found, nil
 	}
 	c.s.stats.deletes.Add(1)
-	existed, err := c.s.ks.Delete(c.ctx, db, key)
+	existed, err := c.s.ks.DeleteKeep(c.ctx, db, key, keep)
 	if existed {
 		c.s.touch(db, key)
 	}
@@ -161,7 +196,7 @@ func (c *call) listKeys(db int, prefix []byte) ([][]byte, error) {
 		present[string(k)] = true
 	}
 	for i, op := range c.tx.list {
-		if c.tx.dbs[i] != db || !bytes.HasPrefix(op.Key, prefix) {
+		if c.tx.dbs[i] != db || op.Phys == keyspace.Internal || !bytes.HasPrefix(op.Key, prefix) {
 			continue
 		}
 		present[string(op.Key)] = !op.Del
@@ -187,7 +222,7 @@ func (c *call) live(db int, keys [][]byte) ([][]byte, error) {
 	out := keys[:0]
 	for _, k := range keys {
 		if due[string(k)] {
-			if _, found, err := c.get(db, k); err != nil {
+			if _, found, err := c.getAny(db, k); err != nil {
 				return nil, err
 			} else if !found {
 				continue
@@ -200,6 +235,9 @@ func (c *call) live(db int, keys [][]byte) ([][]byte, error) {
 
 // lockKeys takes the write locks of keys of db (see Server.lock).
 func (c *call) lockKeys(db int, keys ...[]byte) (func(), error) {
+	if c.held {
+		return func() {}, nil
+	}
 	aks := make([][]byte, len(keys))
 	for i, k := range keys {
 		aks[i] = c.s.ks.Key(db, k)
@@ -208,27 +246,9 @@ func (c *call) lockKeys(db int, keys ...[]byte) (func(), error) {
 }
 
 // forEach runs fn on each index in 0..n-1 concurrently (the array serves
-// concurrent calls in parallel) and returns the errors by index.
-func forEach(n int, fn func(i int) error) []error {
-	errs := make([]error, n)
-	if n == 1 {
-		errs[0] = fn(0)
-		return errs
-	}
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 64)
-	for i := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			errs[i] = fn(i)
-			<-sem
-		}()
-	}
-	wg.Wait()
-	return errs
-}
+// concurrent calls in parallel), 64 at most at once, and returns the
+// errors by index.
+func forEach(n int, fn func(i int) error) []error { return fanout.All(n, 64, fn) }
 
 // firstError is how many errors there are and the first non-nil one.
 func firstError(errs []error) (int, error) {
@@ -281,6 +301,7 @@ type watches struct {
 
 // touch marks the watchers of key dirty: their EXEC will abort.
 func (s *Server) touch(db int, key []byte) {
+	s.blk.signal(db, key)
 	w := &s.watch
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -295,6 +316,7 @@ func (s *Server) touch(db int, key []byte) {
 // touchDB marks the watchers of every key of db dirty (FLUSHDB, SWAPDB);
 // db -1 means every database.
 func (s *Server) touchDB(db int) {
+	s.blk.signalDB(db)
 	w := &s.watch
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvarray/kvarray/array"
 	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/keyspace"
 )
 
 // errorKinds maps the array's sentinels to the prefix of their RESP error,
@@ -21,6 +22,10 @@ var errorKinds = []struct {
 	{array.ErrValueTooLarge, "ERR value too large: "},
 	{array.ErrUnknownMechanism, "ERR unknown mechanism: "},
 	{array.ErrDataLoss, "ERR data loss: "},
+	// Redis's reply when maxmemory refuses a write, for clients that
+	// branch on it: too many of the write's devices are full (the
+	// message names them).
+	{device.ErrFull, "OOM command not allowed when used memory > 'maxmemory'. "},
 	{device.ErrNoSpace, "ERR device full: "},
 	{array.ErrUnavailable, "ERR unavailable: "},
 	{device.ErrDeviceFailed, "ERR device failed: "},
@@ -33,6 +38,9 @@ var errorKinds = []struct {
 
 // errorReply is the RESP error for an error from the array.
 func errorReply(err error) string {
+	if errors.Is(err, keyspace.ErrWrongType) {
+		return keyspace.ErrWrongType.Error() // Redis's, exactly
+	}
 	for _, k := range errorKinds {
 		if errors.Is(err, k.err) {
 			return k.prefix + err.Error()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvarray/kvarray/pubsub"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,6 +112,9 @@ func (s *Server) expiryLoop() {
 		if err := s.expireDue(ctx); err != nil && ctx.Err() == nil {
 			s.o.errorLog.Printf("kvarray server: expiry cycle: %v", err)
 		}
+		if err := s.reclaimGarbage(ctx); err != nil && ctx.Err() == nil {
+			s.o.errorLog.Printf("kvarray server: reclaiming removed collections' elements: %v", err)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -203,14 +207,25 @@ func (s *Server) eachDue(ctx context.Context, now int64, fn func(entries [][]byt
 // reclaimed (KEYS and RANDOMKEY filter them out).
 func (s *Server) dueKeys(ctx context.Context, db int) (map[string]bool, error) {
 	due := map[string]bool{}
+	var ferr error
 	err := s.eachDue(ctx, keyspace.NowMs(), func(entries [][]byte) bool {
+		var keys [][]byte
 		for _, k := range entries {
 			if _, d, key, ok := s.ks.ParseIndex(k); ok && d == db {
-				due[string(key)] = true
+				keys = append(keys, key)
 			}
+		}
+		if ferr = s.ks.FullKeys(ctx, db, keys); ferr != nil {
+			return false
+		}
+		for _, k := range keys {
+			due[string(k)] = true
 		}
 		return true
 	})
+	if err == nil {
+		err = ferr
+	}
 	return due, err
 }
 
@@ -222,6 +237,10 @@ func (s *Server) reclaimEntry(ctx context.Context, e []byte, now int64) error {
 	}
 	defer s.txmu.RUnlock()
 	if _, db, key, ok := s.ks.ParseIndex(e); ok {
+		key, err := s.ks.FullKey(ctx, s.ks.Phys(db), key) // a long key's name
+		if err != nil {
+			return err
+		}
 		if err := s.reclaim(ctx, db, key, now); err != nil {
 			return err
 		}
@@ -243,6 +262,7 @@ func (s *Server) reclaim(ctx context.Context, db int, key []byte, now int64) err
 	if deleted {
 		s.stats.expired.Add(1)
 		s.touch(db, key)
+		s.hub.Notify(s.notifyConf(), pubsub.Expired, "expired", db, key)
 	}
 	return err
 }

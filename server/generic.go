@@ -6,10 +6,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 
+	"github.com/kvarray/kvarray/collection"
 	"github.com/kvarray/kvarray/keyspace"
+	"github.com/kvarray/kvarray/pubsub"
 )
 
 // The keyspace commands: deleting, testing, expiring, renaming and
@@ -37,8 +38,11 @@ func cmdDel(c *call) {
 		return err
 	})
 	deleted := 0
-	for _, e := range existed {
+	for i, e := range existed {
 		deleted += b2i(e)
+		if e {
+			c.notify(pubsub.Generic, "del", c.cl.db, keys[i])
+		}
 	}
 	if failed, first := firstError(errs); first != nil {
 		c.error(fmt.Sprintf("%s (%d of %d keys deleted, %d failed)", errorReply(first), deleted, len(keys), failed))
@@ -52,7 +56,7 @@ func cmdDel(c *call) {
 func cmdExists(c *call) {
 	n := 0
 	for _, k := range c.args[1:] {
-		_, found, err := c.get(c.cl.db, k)
+		_, found, err := c.getAny(c.cl.db, k)
 		if err != nil {
 			c.fail(err)
 			return
@@ -63,21 +67,38 @@ func cmdExists(c *call) {
 }
 
 func cmdType(c *call) {
-	_, found, err := c.get(c.cl.db, c.args[1])
+	v, found, err := c.getAny(c.cl.db, c.args[1])
 	switch {
 	case err != nil:
 		c.fail(err)
 	case found:
-		c.w.WriteString("string")
+		c.w.WriteString(typeName(v.typ))
 	default:
 		c.w.WriteString("none")
 	}
 }
 
+// typeName is TYPE's name of a value type.
+func typeName(t byte) string {
+	switch t {
+	case keyspace.TypeHash:
+		return "hash"
+	case keyspace.TypeSet:
+		return "set"
+	case keyspace.TypeZSet:
+		return "zset"
+	case keyspace.TypeList:
+		return "list"
+	case keyspace.TypeStream:
+		return "stream"
+	}
+	return "string"
+}
+
 // cmdTTL serves TTL, PTTL, EXPIRETIME and PEXPIRETIME: -2 for a missing
 // key, -1 for one without expiry.
 func cmdTTL(c *call) {
-	v, found, err := c.get(c.cl.db, c.args[1])
+	v, found, err := c.getAny(c.cl.db, c.args[1])
 	switch {
 	case err != nil:
 		c.fail(err)
@@ -105,7 +126,7 @@ func cmdTTL(c *call) {
 // cmdExpire serves EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT with NX, XX,
 // GT and LT: 1 if the expiry was set, 0 if not.
 func cmdExpire(c *call) {
-	n, err := strconv.ParseInt(string(c.args[2]), 10, 64)
+	n, err := parseInt(c.args[2])
 	if err != nil {
 		c.error(errNotInt)
 		return
@@ -164,7 +185,7 @@ func cmdExpire(c *call) {
 		at = 1 // in the past: the key is deleted
 	}
 	set := false
-	if _, _, ok := c.update(c.args[1], func(cur value, found bool) (value, bool, string) {
+	if _, _, ok := c.updateKey(c.args[1], true, c.getAny, func(cur value, found bool) (value, bool, string) {
 		if !found {
 			return cur, false, ""
 		}
@@ -175,7 +196,8 @@ func cmdExpire(c *call) {
 			return cur, false, ""
 		}
 		set = true
-		return value{cur.v, at, cur.raw}, true, ""
+		cur.at = at
+		return cur, true, ""
 	}); ok {
 		c.w.WriteInt(b2i(set))
 	}
@@ -183,12 +205,13 @@ func cmdExpire(c *call) {
 
 func cmdPersist(c *call) {
 	done := false
-	if _, _, ok := c.update(c.args[1], func(cur value, found bool) (value, bool, string) {
+	if _, _, ok := c.updateKey(c.args[1], true, c.getAny, func(cur value, found bool) (value, bool, string) {
 		if !found || cur.at == 0 {
 			return cur, false, ""
 		}
 		done = true
-		return value{cur.v, 0, cur.raw}, true, ""
+		cur.at = 0
+		return cur, true, ""
 	}); ok {
 		c.w.WriteInt(b2i(done))
 	}
@@ -209,7 +232,7 @@ func (c *call) move(sdb int, src []byte, ddb int, dst []byte, replace, keep bool
 		return false, false
 	}
 	defer unlock()
-	v, found, err := c.get(sdb, src)
+	v, found, err := c.getAny(sdb, src)
 	if err != nil {
 		c.fail(err)
 		return false, false
@@ -221,7 +244,7 @@ func (c *call) move(sdb int, src []byte, ddb int, dst []byte, replace, keep bool
 		return true, true
 	}
 	if !replace {
-		_, exists, err := c.get(ddb, dst)
+		_, exists, err := c.getAny(ddb, dst)
 		if err != nil {
 			c.fail(err)
 			return false, false
@@ -230,12 +253,38 @@ func (c *call) move(sdb int, src []byte, ddb int, dst []byte, replace, keep bool
 			return false, true
 		}
 	}
+	if keep && v.ver != 0 {
+		// A copy of a collection with elements of its own copies them,
+		// under a version of its own, all or nothing with its value.
+		nv, ops, err := collection.CopyElements(c.ctx, c.source(), v.ks())
+		if err != nil {
+			c.fail(err)
+			return false, false
+		}
+		ops = append(ops, c.s.ks.Op(ddb, dst, nv, false))
+		if err := c.writeOps(ops); err != nil {
+			c.fail(err)
+			return false, false
+		}
+		return true, true
+	}
+	if !keep && v.ver != 0 {
+		// Both keys must never hold one version (a delete of either
+		// would reclaim the other's elements): the two writes are one.
+		del := c.s.ks.Op(sdb, src, keyspace.Value{}, true)
+		del.Keep = true
+		if err := c.writeOps([]keyspace.Op{c.s.ks.Op(ddb, dst, v.ks(), false), del}); err != nil {
+			c.fail(err)
+			return false, false
+		}
+		return true, true
+	}
 	if err := c.put(ddb, dst, v); err != nil {
 		c.fail(err)
 		return false, false
 	}
 	if !keep {
-		if _, err := c.remove(sdb, src); err != nil {
+		if _, err := c.removeKeep(sdb, src, v.ver != 0); err != nil {
 			c.fail(err)
 			return false, false
 		}
@@ -250,6 +299,10 @@ func cmdRename(c *call) {
 	nx := c.e.name == "renamenx"
 	db := c.cl.db
 	moved, ok := c.move(db, c.args[1], db, c.args[2], !nx, false)
+	if moved {
+		c.notify(pubsub.Generic, "rename_from", db, c.args[1])
+		c.notify(pubsub.Generic, "rename_to", db, c.args[2])
+	}
 	switch {
 	case !ok:
 	case !moved && !nx:
@@ -258,7 +311,7 @@ func cmdRename(c *call) {
 		c.w.WriteInt(0) // the destination exists: it is the source
 	case !moved:
 		// RENAMENX: a missing source is an error too.
-		if _, found, err := c.get(db, c.args[1]); err == nil && !found {
+		if _, found, err := c.getAny(db, c.args[1]); err == nil && !found {
 			c.error("ERR no such key")
 			return
 		}
@@ -298,6 +351,9 @@ func cmdCopy(c *call) {
 		return
 	}
 	if moved, ok := c.move(c.cl.db, c.args[1], db, c.args[2], replace, true); ok {
+		if moved {
+			c.notify(pubsub.Generic, "copy_to", db, c.args[2])
+		}
 		c.w.WriteInt(b2i(moved))
 	}
 }
@@ -313,13 +369,17 @@ func cmdMove(c *call) {
 		return
 	}
 	if moved, ok := c.move(c.cl.db, c.args[1], db, c.args[1], false, false); ok {
+		if moved {
+			c.notify(pubsub.Generic, "move_from", c.cl.db, c.args[1])
+			c.notify(pubsub.Generic, "move_to", db, c.args[1])
+		}
 		c.w.WriteInt(b2i(moved))
 	}
 }
 
 // dbIndex parses a database number, replying with Redis's errors.
 func (c *call) dbIndex(a []byte) (int, bool) {
-	n, err := strconv.ParseInt(string(a), 10, 64)
+	n, err := parseInt(a)
 	if err != nil {
 		c.error(errNotInt)
 		return 0, false
@@ -422,8 +482,8 @@ func cmdFlushAll(c *call) {
 // cmdSwapDB swaps two databases: one write of the keyspace's database map
 // (not allowed inside MULTI), under the exclusive transaction lock.
 func cmdSwapDB(c *call) {
-	x, err1 := strconv.ParseInt(string(c.args[1]), 10, 64)
-	y, err2 := strconv.ParseInt(string(c.args[2]), 10, 64)
+	x, err1 := parseInt(c.args[1])
+	y, err2 := parseInt(c.args[2])
 	switch {
 	case err1 != nil:
 		c.error("ERR invalid first DB index")
@@ -476,12 +536,14 @@ func cmdObject(c *call) {
 		c.arityError("object|" + sub)
 		return
 	}
-	v, found, err := c.get(c.cl.db, c.args[2])
+	v, found, err := c.getAny(c.cl.db, c.args[2])
 	switch {
 	case err != nil:
 		c.fail(err)
 	case !found:
 		c.w.WriteNull()
+	case sub == "encoding" && v.typ != keyspace.TypeString:
+		c.w.WriteBulkString(collection.Encoding(v.ks()))
 	case sub == "encoding":
 		c.w.WriteBulkString(encoding(v))
 	case sub == "refcount":
@@ -518,7 +580,7 @@ func cmdMemory(c *call) {
 			c.syntaxError()
 			return
 		}
-		v, found, err := c.get(c.cl.db, c.args[2])
+		v, found, err := c.getAny(c.cl.db, c.args[2])
 		switch {
 		case err != nil:
 			c.fail(err)
@@ -528,10 +590,12 @@ func cmdMemory(c *call) {
 			c.w.WriteInt(len(v.v) + len(c.args[2]) + keyspace.KeyOverhead + keyspace.ValueOverhead)
 		}
 	case "help":
-		c.lines([]string{"MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-			"USAGE <key> [SAMPLES <count>]", "    Return memory in bytes used by <key> and its value.",
-			"HELP", "    Print this help."})
+		c.lines(slices.Concat([]string{"MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"}, memoryHelp,
+			[]string{"USAGE <key> [SAMPLES <count>]", "    Return memory in bytes used by <key> and its value.",
+				"HELP", "    Print this help."}))
 	default:
-		c.unknownSubcommand("memory")
+		if !c.memoryMore(sub) {
+			c.unknownSubcommand("memory")
+		}
 	}
 }

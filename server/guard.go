@@ -40,6 +40,13 @@ import (
 // size until the connection ended; the buffer aside is never copied and
 // goes with its command.
 
+// Redis 7's caps on what a client that has not authenticated may send
+// (networking.c): larger commands end its connection.
+const (
+	unauthMaxArgs = 10
+	unauthMaxBulk = 16384
+)
+
 const (
 	maxHeaderLine = 32       // "*N\r\n" or "$N\r\n": 20 digits and change
 	maxInline     = 64 << 10 // Redis's PROTO_INLINE_MAX_SIZE
@@ -85,6 +92,18 @@ type guard struct {
 	held    *atomic.Int64
 	maxHeld int64
 	mine    atomic.Int64 // this guard's part of held (release may run on another goroutine)
+
+	// unauth, when set, reports that the connection has not
+	// authenticated: its commands then get Redis 7's caps for
+	// unauthenticated clients (unauthMaxArgs, unauthMaxBulk), and their
+	// bytes count against unauthHeld and maxUnauthHeld, a budget of their
+	// own, so that connections that never authenticate cannot take the
+	// budget of those that did.
+	unauth        func() bool
+	unauthCmd     bool // the current command started unauthenticated
+	unauthHeld    *atomic.Int64
+	maxUnauthHeld int64
+	mineUnauth    atomic.Int64
 	// peak is the most bytes one command of the connection held: redcon
 	// keeps a read buffer of about that size until the connection ends.
 	peak atomic.Int64
@@ -178,6 +197,9 @@ func (g *guard) dropAside() {
 // reserve counts n more bytes of the current command, against the
 // command's limit and the server's.
 func (g *guard) reserve(n int64) error {
+	if g.query == 0 {
+		g.unauthCmd = g.unauth != nil && g.unauth()
+	}
 	g.query += n
 	if g.query > g.peak.Load() {
 		g.peak.Store(g.query)
@@ -185,19 +207,27 @@ func (g *guard) reserve(n int64) error {
 	if g.query > g.maxQuery {
 		return &protocolError{fmt.Sprintf("request of more than %d bytes (the server's query limit)", g.maxQuery)}
 	}
+	if g.unauthCmd && g.unauthHeld != nil {
+		return take(g.unauthHeld, &g.mineUnauth, n, g.maxUnauthHeld, "unauthenticated clients")
+	}
 	if g.held == nil {
 		return nil
 	}
-	// Counted only if it fits: a refused command adds nothing, so that
-	// it cannot make the commands of other clients (a PING) fail until
-	// its connection is gone.
+	return take(g.held, &g.mine, n, g.maxHeld, "its clients")
+}
+
+// take counts n more bytes in budget (whose limit is max) and in mine,
+// this guard's part of it. Counted only if it fits: a refused command adds
+// nothing, so that it cannot make the commands of other clients (a PING)
+// fail until its connection is gone.
+func take(budget, mine *atomic.Int64, n, max int64, whose string) error {
 	for {
-		total := g.held.Load()
-		if total+n > g.maxHeld {
-			return &protocolError{fmt.Sprintf("the server holds %d bytes of unfinished commands across its clients, and %d more would pass its limit of %d: retry later", total, n, g.maxHeld)}
+		total := budget.Load()
+		if total+n > max {
+			return &protocolError{fmt.Sprintf("the server holds %d bytes of unfinished commands across %s, and %d more would pass its limit of %d: retry later", total, whose, n, max)}
 		}
-		if g.held.CompareAndSwap(total, total+n) {
-			g.mine.Add(n)
+		if budget.CompareAndSwap(total, total+n) {
+			mine.Add(n)
 			return nil
 		}
 	}
@@ -208,6 +238,9 @@ func (g *guard) reserve(n int64) error {
 func (g *guard) release() {
 	if g.held != nil {
 		g.held.Add(-g.mine.Swap(0))
+	}
+	if g.unauthHeld != nil {
+		g.unauthHeld.Add(-g.mineUnauth.Swap(0))
 	}
 }
 
@@ -343,6 +376,8 @@ func (g *guard) header(out *output, readPos int) error {
 		switch {
 		case !ok || n > g.maxArgs:
 			return &protocolError{"invalid multibulk length"}
+		case n > unauthMaxArgs && g.unauth != nil && g.unauth():
+			return &protocolError{"unauthenticated multibulk length"}
 		case n <= 0:
 			// Redis ignores "*0" and "*-1"; redcon would fail on them.
 			g.state = stStart
@@ -359,6 +394,9 @@ func (g *guard) header(out *output, readPos int) error {
 	}
 	if !ok || n < 0 {
 		return &protocolError{"invalid bulk length"}
+	}
+	if n > unauthMaxBulk && g.unauthCmd {
+		return &protocolError{"unauthenticated bulk length"}
 	}
 	if n > max(g.maxBulk, DefaultMaxBulk) {
 		// Past Redis's proto-max-bulk-len no value could be meant: end

@@ -211,12 +211,16 @@ func (r reply) String() string {
 	switch {
 	case r.null:
 		return "(nil)"
-	case r.kind == '*':
+	case r.kind == '*', r.kind == '%', r.kind == '~', r.kind == '>':
 		parts := make([]string, len(r.elems))
 		for i, e := range r.elems {
 			parts[i] = e.String()
 		}
-		return "[" + strings.Join(parts, " ") + "]"
+		open := "["
+		if r.kind != '*' {
+			open = string(r.kind) + "["
+		}
+		return open + strings.Join(parts, " ") + "]"
 	}
 	return string(r.kind) + strconv.Quote(r.str)
 }
@@ -272,7 +276,7 @@ func readReplyDepth(r *bufio.Reader, depth int) (reply, error) {
 			return reply{}, fmt.Errorf("bulk of %d bytes not followed by CRLF", n)
 		}
 		return reply{kind: kind, str: string(buf[:n])}, nil
-	case '*', '%', '~':
+	case '*', '%', '~', '>':
 		n, err := strconv.Atoi(body)
 		if err != nil || n < -1 {
 			return reply{}, fmt.Errorf("bad array length %q", line)

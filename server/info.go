@@ -2,21 +2,25 @@ package server
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/kvarray/kvarray/array"
 	"github.com/kvarray/kvarray/keyspace"
+	"github.com/kvarray/kvarray/pubsub"
 )
 
 var (
-	defaultSections = []string{"server", "clients", "memory", "persistence", "stats", "replication", "cpu", "cluster", "keyspace"}
-	allSections     = []string{"server", "clients", "memory", "persistence", "stats", "replication", "cpu", "cluster", "keyspace", "commandstats", "kvarray"}
+	defaultSections = []string{"server", "clients", "memory", "persistence", "stats", "replication", "cpu", "errorstats", "cluster", "keyspace"}
+	allSections     = []string{"server", "clients", "memory", "persistence", "stats", "replication", "cpu", "commandstats", "errorstats", "cluster", "keyspace", "kvarray"}
 )
 
 // cmdInfo: INFO [section ...]. With no section, or "default": the
@@ -61,14 +65,16 @@ func cmdInfo(c *call) {
 			c.s.mu.Lock()
 			n := len(c.s.conns)
 			c.s.mu.Unlock()
-			fmt.Fprintf(&b, "# Clients\r\nconnected_clients:%d\r\ncluster_connections:0\r\nmaxclients:%d\r\nblocked_clients:0\r\n"+
-				"tracking_clients:0\r\nclients_in_timeout_table:0\r\n", n, c.s.cfg.maxClients.Load())
+			fmt.Fprintf(&b, "# Clients\r\nconnected_clients:%d\r\ncluster_connections:0\r\nmaxclients:%d\r\nblocked_clients:%d\r\n"+
+				"tracking_clients:0\r\nclients_in_timeout_table:0\r\n", n, c.s.cfg.maxClients.Load(), c.s.blockedClients())
 		case "memory":
 			var m runtime.MemStats
 			runtime.ReadMemStats(&m)
 			fmt.Fprintf(&b, "# Memory\r\nused_memory:%d\r\nused_memory_human:%s\r\nused_memory_rss:%d\r\nused_memory_peak:%d\r\n"+
-				"maxmemory:0\r\nmaxmemory_human:0B\r\nmaxmemory_policy:noeviction\r\nmem_fragmentation_ratio:%.2f\r\nmem_allocator:go\r\n",
-				m.HeapAlloc, humanBytes(m.HeapAlloc), m.Sys, m.HeapSys, float64(m.Sys)/float64(max(m.HeapAlloc, 1)))
+				"maxmemory:0\r\nmaxmemory_human:0B\r\nmaxmemory_policy:%s\r\nmem_fragmentation_ratio:%.2f\r\nmem_allocator:go\r\n"+
+				"number_of_cached_scripts:%d\r\nnumber_of_functions:%d\r\nnumber_of_libraries:%d\r\nlazyfree_pending_objects:%d\r\n",
+				m.HeapAlloc, humanBytes(m.HeapAlloc), m.Sys, m.HeapSys, c.s.maxmemoryPolicy(), float64(m.Sys)/float64(max(m.HeapAlloc, 1)),
+				c.s.scripts.Cached(), c.s.scripts.FunctionCount(), len(c.s.scripts.Libraries()), max(c.s.ks.Garbage().Pending, 0))
 		case "persistence":
 			// The devices are the persistence: every acknowledged write is
 			// on them; there is no RDB or AOF to load or save.
@@ -79,8 +85,9 @@ func cmdInfo(c *call) {
 			t := &c.s.stats
 			fmt.Fprintf(&b, "# Stats\r\ntotal_connections_received:%d\r\ntotal_commands_processed:%d\r\ninstantaneous_ops_per_sec:0\r\n"+
 				"rejected_connections:%d\r\nexpired_keys:%d\r\nevicted_keys:0\r\nkeyspace_hits:%d\r\nkeyspace_misses:%d\r\n"+
-				"pubsub_channels:0\r\npubsub_patterns:0\r\ntotal_error_replies:%d\r\n",
-				t.connections.Load(), t.commands.Load(), t.rejected.Load(), t.expired.Load(), t.hits.Load(), t.misses.Load(), t.errors.Load())
+				"pubsub_channels:%d\r\npubsub_patterns:%d\r\ntotal_error_replies:%d\r\nlazyfreed_objects:%d\r\n",
+				t.connections.Load(), t.commands.Load(), t.rejected.Load(), t.expired.Load(), t.hits.Load(), t.misses.Load(),
+				len(c.s.hub.Names(pubsub.Channel, nil)), c.s.hub.Patterns(), t.errors.Load(), c.s.ks.Garbage().Finished)
 		case "replication":
 			b.WriteString("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_failover_state:no-failover\r\n" +
 				"master_replid:0000000000000000000000000000000000000000\r\nmaster_repl_offset:0\r\nrepl_backlog_active:0\r\n")
@@ -92,12 +99,16 @@ func cmdInfo(c *call) {
 			b.WriteString("# Commandstats\r\n")
 			for _, n := range c.s.commandNames() {
 				e := c.s.cmds[n]
-				if calls := e.calls.Load(); calls > 0 {
+				calls, rejected, failed := e.calls.Load(), e.rejected.Load(), e.failed.Load()
+				if calls+rejected+failed > 0 {
 					usec := e.usec.Load()
-					fmt.Fprintf(&b, "cmdstat_%s:calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=0,failed_calls=0\r\n",
-						n, calls, usec, float64(usec)/float64(calls))
+					fmt.Fprintf(&b, "cmdstat_%s:calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=%d,failed_calls=%d\r\n",
+						n, calls, usec, float64(usec)/float64(max(calls, 1)), rejected, failed)
 				}
 			}
+		case "errorstats":
+			b.WriteString("# Errorstats\r\n")
+			c.s.errorStats.write(&b)
 		case "keyspace":
 			b.WriteString("# Keyspace\r\n")
 			c.s.infoKeyspace(c, &b)
@@ -105,9 +116,6 @@ func cmdInfo(c *call) {
 			st, err := c.s.a.Status(c.ctx)
 			c.s.infoArray(&b, &st, err)
 		}
-	}
-	if b.Len() > 0 {
-		b.WriteString("\r\n")
 	}
 	c.w.WriteVerbatim(b.String())
 }
@@ -202,8 +210,8 @@ func (s *Server) infoArray(b *strings.Builder, st *array.Status, stErr error) {
 		for _, d := range st.Devices {
 			states[d.State]++
 		}
-		fmt.Fprintf(b, "devices_healthy:%d\r\ndevices_failed:%d\r\ndevices_rebuilding:%d\r\n",
-			states["healthy"], states["failed"], states["rebuilding"])
+		fmt.Fprintf(b, "devices_healthy:%d\r\ndevices_failed:%d\r\ndevices_rebuilding:%d\r\ndevices_full:%d\r\ndevices_slow:%d\r\n",
+			states["healthy"], states["failed"], states["rebuilding"], states["full"], states["slow"])
 		for _, d := range st.Devices {
 			fmt.Fprintf(b, "device%d:name=%s,state=%s,keys=%d,used_bytes=%d,capacity_bytes=%d\r\n",
 				d.Index, infoValue(d.Name), d.State, d.Keys, d.Used, d.Capacity)
@@ -221,6 +229,9 @@ func (s *Server) infoArray(b *strings.Builder, st *array.Status, stErr error) {
 	vc := s.a.ValueCacheStats()
 	fmt.Fprintf(b, "value_cache_limit_bytes:%d\r\nvalue_cache_bytes:%d\r\nvalue_cache_values:%d\r\nvalue_cache_hits:%d\r\nvalue_cache_misses:%d\r\n",
 		vc.Limit, vc.Bytes, vc.Entries, vc.Hits, vc.Misses)
+	g := s.ks.Garbage()
+	fmt.Fprintf(b, "garbage_records_pending:%d\r\ngarbage_records_recorded:%d\r\ngarbage_records_finished:%d\r\ngarbage_elements_reclaimed:%d\r\n",
+		g.Pending, g.Recorded, g.Finished, g.Reclaimed)
 }
 
 func executable() string {
@@ -230,4 +241,38 @@ func executable() string {
 
 func infoValue(s string) string {
 	return strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
+}
+
+// errorStats counts error replies by their code (the first word: ERR,
+// WRONGTYPE, NOPERM, ...) for INFO errorstats. As Redis, it tracks at
+// most errorStatsLimit codes: errors of others are counted in
+// total_error_replies only.
+type errorStats struct {
+	mu    sync.Mutex
+	codes map[string]int64
+}
+
+// errorStatsLimit is Redis's ERRORSTATS_LIMIT.
+const errorStatsLimit = 128
+
+// count counts msg, an error reply without its '-'.
+func (e *errorStats) count(msg string) {
+	code, _, _ := strings.Cut(msg, " ")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.codes == nil {
+		e.codes = map[string]int64{}
+	}
+	if _, ok := e.codes[code]; ok || len(e.codes) < errorStatsLimit {
+		e.codes[code]++
+	}
+}
+
+// write writes the section's lines, codes in byte order.
+func (e *errorStats) write(b *strings.Builder) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, code := range slices.Sorted(maps.Keys(e.codes)) {
+		fmt.Fprintf(b, "errorstat_%s:count=%d\r\n", code, e.codes[code])
+	}
 }

@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
+	"github.com/kvarray/kvarray/internal/glob"
 	"github.com/kvarray/kvarray/keyspace"
 )
 
@@ -79,39 +81,10 @@ func scanHead(key []byte) uint64 {
 
 // cmdScan: SCAN cursor [MATCH pattern] [COUNT count] [TYPE type].
 func cmdScan(c *call) {
-	cursor, err := strconv.ParseUint(string(c.args[1]), 10, 64)
-	if err != nil {
-		c.error("ERR invalid cursor")
+	var typ string
+	cursor, pattern, count, ok := c.scanArgs(1, &typ)
+	if !ok {
 		return
-	}
-	var pattern []byte
-	count, typ := defaultScanCount, ""
-	for i := 2; i < len(c.args); i += 2 {
-		if i+1 >= len(c.args) {
-			c.syntaxError()
-			return
-		}
-		v := c.args[i+1]
-		switch upper(c.args[i]) {
-		case "MATCH":
-			pattern = v
-		case "COUNT":
-			n, err := strconv.ParseInt(string(v), 10, 64)
-			if err != nil {
-				c.error("ERR value is not an integer or out of range")
-				return
-			}
-			if n < 1 {
-				c.syntaxError()
-				return
-			}
-			count = int(min(n, 1<<20))
-		case "TYPE":
-			typ = string(v)
-		default:
-			c.syntaxError()
-			return
-		}
 	}
 	db := c.cl.db
 	p := c.s.ks.Phys(db)
@@ -120,22 +93,31 @@ func cmdScan(c *call) {
 		after = c.s.scans.resume(cursor, p)
 	}
 	c.s.stats.lists.Add(1)
-	page, next, err := c.s.a.KeysFrom(c.ctx, c.s.ks.Key(db, literalPrefix(pattern)), after, count)
+	page, next, err := c.s.a.KeysFrom(c.ctx, keyspace.PrefixKey(p, literalPrefix(pattern)), after, count)
 	if err != nil {
 		c.fail(err)
 		return
 	}
 	keys := make([][]byte, 0, len(page))
 	for _, ak := range page {
-		if pattern == nil || globMatch(pattern, ak[1:]) {
-			keys = append(keys, ak[1:])
-		}
+		keys = append(keys, ak[1:])
+	}
+	if err := c.s.ks.FullKeys(c.ctx, db, keys); err != nil { // long keys' names
+		c.fail(err)
+		return
+	}
+	if pattern != nil {
+		keys = slices.DeleteFunc(keys, func(k []byte) bool { return !glob.Match(pattern, k) })
 	}
 	if c.tx != nil {
 		keys = c.tx.added(db, keys, after, next, literalPrefix(pattern), pattern)
 	}
-	if typ != "" && typ != "string" {
-		keys = nil
+	if typ != "" {
+		// The type is in each value: the keys of the page are read.
+		if keys, err = c.ofType(db, keys, strings.ToLower(typ)); err != nil {
+			c.fail(err)
+			return
+		}
 	}
 	if c.tx != nil {
 		keys, err = c.existing(db, keys) // the transaction's own writes count
@@ -161,13 +143,34 @@ func cmdScan(c *call) {
 	}
 }
 
+// ofType keeps the keys of db whose value has type name typ (TYPE's).
+func (c *call) ofType(db int, keys [][]byte, typ string) ([][]byte, error) {
+	vals := make([]value, len(keys))
+	found := make([]bool, len(keys))
+	errs := forEach(len(keys), func(i int) error {
+		var err error
+		vals[i], found[i], err = c.getAny(db, keys[i])
+		return err
+	})
+	if _, err := firstError(errs); err != nil {
+		return nil, err
+	}
+	out := keys[:0]
+	for i, k := range keys {
+		if found[i] && typeName(vals[i].typ) == typ {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
 // existing keeps the keys of db that exist (not expired), reading them
 // concurrently.
 func (c *call) existing(db int, keys [][]byte) ([][]byte, error) {
 	found := make([]bool, len(keys))
 	errs := forEach(len(keys), func(i int) error {
 		var err error
-		_, found[i], err = c.get(db, keys[i])
+		_, found[i], err = c.getAny(db, keys[i])
 		return err
 	})
 	if _, err := firstError(errs); err != nil {
@@ -195,7 +198,7 @@ func cmdKeys(c *call) {
 	}
 	matched := keys[:0]
 	for _, k := range keys {
-		if globMatch(pattern, k) {
+		if glob.Match(pattern, k) {
 			matched = append(matched, k)
 		}
 	}
@@ -236,86 +239,4 @@ func literalPrefix(pattern []byte) []byte {
 		}
 	}
 	return pattern
-}
-
-// globMatch reports whether s matches the Redis glob pattern: '*' any
-// bytes, '?' one byte, '[abc]' '[^abc]' '[a-z]' one byte of (or not of) a
-// set, '\x' the byte x. Case-sensitive, as KEYS and SCAN are. It runs in
-// O(len(pattern) × len(s)): on a mismatch it backtracks only to the last
-// '*', which is enough because every other element matches exactly one
-// byte.
-func globMatch(pattern, s []byte) bool {
-	p, i := 0, 0
-	starP, starI := -1, 0
-	for i < len(s) {
-		if p < len(pattern) {
-			if pattern[p] == '*' {
-				for p < len(pattern) && pattern[p] == '*' {
-					p++
-				}
-				if p == len(pattern) {
-					return true
-				}
-				starP, starI = p, i
-				continue
-			}
-			if next, ok := matchOne(pattern, p, s[i]); ok {
-				p, i = next, i+1
-				continue
-			}
-		}
-		if starP < 0 {
-			return false
-		}
-		starI++
-		p, i = starP, starI
-	}
-	for p < len(pattern) && pattern[p] == '*' {
-		p++
-	}
-	return p == len(pattern)
-}
-
-// matchOne matches the pattern element at p (not '*') against the byte ch
-// and returns where the next element starts.
-func matchOne(pattern []byte, p int, ch byte) (int, bool) {
-	switch pattern[p] {
-	case '?':
-		return p + 1, true
-	case '\\':
-		if p+1 < len(pattern) {
-			return p + 2, pattern[p+1] == ch
-		}
-		return p + 1, ch == '\\'
-	case '[':
-		p++
-		not := p < len(pattern) && pattern[p] == '^'
-		if not {
-			p++
-		}
-		match := false
-		for p < len(pattern) && pattern[p] != ']' {
-			switch {
-			case pattern[p] == '\\' && p+1 < len(pattern):
-				p++
-				match = match || pattern[p] == ch
-				p++
-			case p+2 < len(pattern) && pattern[p+1] == '-':
-				lo, hi := pattern[p], pattern[p+2]
-				if lo > hi {
-					lo, hi = hi, lo
-				}
-				match = match || lo <= ch && ch <= hi
-				p += 3
-			default:
-				match = match || pattern[p] == ch
-				p++
-			}
-		}
-		if p < len(pattern) {
-			p++ // the ']'; an unclosed set runs to the end
-		}
-		return p, match != not
-	}
-	return p + 1, pattern[p] == ch
 }

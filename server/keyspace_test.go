@@ -16,79 +16,6 @@ import (
 	"github.com/kvarray/kvarray/keyspace"
 )
 
-func TestGlobMatch(t *testing.T) {
-	for _, tc := range []struct {
-		pattern, s string
-		want       bool
-	}{
-		{"*", "", true},
-		{"*", "anything", true},
-		{"", "", true},
-		{"", "a", false},
-		{"h?llo", "hello", true},
-		{"h?llo", "hllo", false},
-		{"h*llo", "hllo", true},
-		{"h*llo", "heeeello", true},
-		{"h[ae]llo", "hallo", true},
-		{"h[ae]llo", "hillo", false},
-		{"h[^e]llo", "hallo", true},
-		{"h[^e]llo", "hello", false},
-		{"h[a-b]llo", "hbllo", true},
-		{"h[b-a]llo", "hbllo", true},
-		{"h[a-b]llo", "hcllo", false},
-		{`h\*llo`, "h*llo", true},
-		{`h\*llo`, "hello", false},
-		{`[\]]`, "]", true},
-		{"user:*:name", "user:42:name", true},
-		{"user:*:name", "user:42:email", false},
-		{"*a*a*a*a*a*a*a*a*b", strings.Repeat("a", 60), false},
-		{"a*", "A", false},
-		{"[abc", "b", true},
-		{`ab\`, `ab\`, true},
-	} {
-		if got := globMatch([]byte(tc.pattern), []byte(tc.s)); got != tc.want {
-			t.Errorf("globMatch(%q, %q) = %v, want %v", tc.pattern, tc.s, got, tc.want)
-		}
-	}
-	if got := literalPrefix([]byte(`user:1*`)); string(got) != "user:1" {
-		t.Errorf("literalPrefix = %q", got)
-	}
-}
-
-// globRef is a plain recursive glob with globMatch's rules (exponential
-// in the worst case; fine for small inputs), to check globMatch against.
-func globRef(p, s []byte) bool {
-	if len(p) == 0 {
-		return len(s) == 0
-	}
-	if p[0] == '*' {
-		for i := 0; i <= len(s); i++ {
-			if globRef(p[1:], s[i:]) {
-				return true
-			}
-		}
-		return false
-	}
-	if len(s) == 0 {
-		return false
-	}
-	next, ok := matchOne(p, 0, s[0])
-	return ok && globRef(p[next:], s[1:])
-}
-
-func FuzzGlob(f *testing.F) {
-	f.Add([]byte("a*b?[c-e]"), []byte("axxbyd"))
-	f.Add([]byte(`*\*[^x]`), []byte("**y"))
-	f.Fuzz(func(t *testing.T, p, s []byte) {
-		if len(p) > 24 || len(s) > 24 {
-			return
-		}
-		if got, want := globMatch(p, s), globRef(p, s); got != want {
-			t.Fatalf("globMatch(%q, %q) = %v, reference %v", p, s, got, want)
-		}
-	})
-}
-
 // TestScan: a full scan returns every key exactly once for any COUNT, and
 // a key present for the whole scan is returned exactly once while other
 // keys are stored and deleted meanwhile.
@@ -353,5 +280,11 @@ func TestKeyCounts(t *testing.T) {
 	info, _ := rdb.Info(ctx, "keyspace").Result()
 	if !strings.Contains(info, "db0:keys=59,expires=30,") || !strings.Contains(info, "db3:keys=2,expires=0,") {
 		t.Errorf("after a recount: INFO keyspace %q", info)
+	}
+}
+
+func TestLiteralPrefix(t *testing.T) {
+	if got := literalPrefix([]byte(`user:1*`)); string(got) != "user:1" {
+		t.Errorf("literalPrefix = %q", got)
 	}
 }

@@ -90,7 +90,8 @@ func (s *Server) pipeline(rc redcon.Conn, cl *conn, first redcon.Command) bool {
 	if len(next) == 0 || !s.concurrent(cl, first) || !s.concurrent(cl, next[0]) {
 		return false
 	}
-	cmds := append([]redcon.Command{first}, rc.ReadPipeline()...)
+	cmds := append(append(cl.run.cmds[:0], first), rc.ReadPipeline()...)
+	defer func() { clear(cmds); cl.run.cmds = cmds[:0] }() // no reference to redcon's buffer is kept
 	for i := 0; i < len(cmds) && !cl.quit; {
 		if !s.concurrent(cl, cmds[i]) {
 			s.serveOne(rc, cl, cmds[i], nil)
@@ -117,40 +118,90 @@ func sameKey(run []redcon.Command, cmd redcon.Command) bool {
 	return false
 }
 
-// runConcurrent runs cmds, each on its own goroutine with its reply
-// collected, and writes each reply once it and those before it are
-// done, while the later commands run. At most cl's reply window runs or
-// waits at once. A handler that panicked (its reply is the error) closes
-// the connection after its reply: the replies after it are dropped, as
-// the commands after a panic are when they run one at a time. Every
-// command started has finished when it returns (their arguments point
-// into redcon's buffer).
+// pipelineRun is a connection's state for its concurrent runs, reused
+// from run to run so that a pipelined command costs no allocation of its
+// own here (issue 36): its slot, its reply buffer, its completion channel
+// and the function a worker runs are the slot's, made once.
+type pipelineRun struct {
+	cmds  []redcon.Command
+	slots []*pipeSlot
+}
+
+// pipeSlot runs one command of a run on a worker.
+type pipeSlot struct {
+	s    *Server
+	rc   redcon.Conn
+	cl   *conn
+	cmd  redcon.Command
+	out  respWriter
+	done chan struct{} // one value per command run
+	run  func()        // s.serveOne of cmd into out, then done
+}
+
+// slot returns the i-th slot of the run, ready for cmd.
+func (r *pipelineRun) slot(s *Server, rc redcon.Conn, cl *conn, i int, cmd redcon.Command) *pipeSlot {
+	for len(r.slots) <= i {
+		sl := &pipeSlot{s: s, done: make(chan struct{}, 1)}
+		sl.run = func() {
+			sl.s.serveOne(sl.rc, sl.cl, sl.cmd, &sl.out)
+			sl.done <- struct{}{}
+		}
+		r.slots = append(r.slots, sl)
+	}
+	sl := r.slots[i]
+	sl.rc, sl.cl, sl.cmd = rc, cl, cmd
+	sl.out = respWriter{proto: cl.proto, keepRefs: true, b: sl.out.b[:0], refs: sl.out.refs[:0]}
+	return sl
+}
+
+// release forgets what the slot referred to (redcon's buffer, values
+// read), keeping its buffers.
+func (sl *pipeSlot) release() {
+	sl.rc, sl.cl, sl.cmd = nil, nil, redcon.Command{}
+	clear(sl.out.refs)
+	b, refs := sl.out.b[:0], sl.out.refs[:0]
+	if cap(b) > 64<<10 {
+		b = nil // a large reply's buffer is not kept for the small ones
+	}
+	sl.out = respWriter{b: b, refs: refs}
+}
+
+// runConcurrent runs cmds, each on a worker with its reply collected,
+// except the last, which runs on the connection's goroutine once the
+// others are handed out (one hop fewer per run), and writes each reply
+// once it and those before it are done, while the later commands run.
+// At most cl's reply window runs or waits at once. A handler that
+// panicked (its reply is the error) closes the connection after its
+// reply: the replies after it are dropped, as the commands after a panic
+// are when they run one at a time. Every command started has finished
+// when it returns (their arguments point into redcon's buffer).
 func (s *Server) runConcurrent(rc redcon.Conn, cl *conn, cmds []redcon.Command) {
-	outs := make([]respWriter, len(cmds))
-	done := make([]chan struct{}, len(cmds))
+	r := &cl.run
 	started := 0
 	w := &respWriter{rc: rc, proto: cl.proto, cl: cl}
 	for i := range cmds {
 		for started < len(cmds) && started-i < cl.replies.window(pipelineWindow) {
 			j := started
 			started++
-			outs[j] = respWriter{proto: cl.proto, keepRefs: true}
-			done[j] = make(chan struct{})
-			workers.Go(func() {
-				defer close(done[j])
-				s.serveOne(rc, cl, cmds[j], &outs[j])
-			})
+			sl := r.slot(s, rc, cl, j, cmds[j])
+			if j == len(cmds)-1 {
+				sl.run() // the last: no worker left to wait for it
+			} else {
+				workers.Go(sl.run)
+			}
 		}
-		<-done[i]
+		sl := r.slots[i]
+		<-sl.done
 		if !cl.quit {
-			w.send(&outs[i])
+			w.send(&sl.out)
 		}
-		cl.replies.saw(outs[i].size())
-		fatal := outs[i].fatal
-		outs[i] = respWriter{} // its values may go
+		cl.replies.saw(sl.out.size())
+		fatal := sl.out.fatal
+		sl.release() // its values may go
 		if fatal || cl.quit {
 			for j := i + 1; j < started; j++ {
-				<-done[j]
+				<-r.slots[j].done
+				r.slots[j].release()
 			}
 			if fatal {
 				rc.ReadPipeline()

@@ -1,7 +1,7 @@
 package server
 
 import (
-	"math"
+	"github.com/kvarray/kvarray/collection"
 	"strconv"
 
 	"github.com/tidwall/redcon"
@@ -234,6 +234,17 @@ func (w *respWriter) WriteMap(n int) {
 	w.WriteArray(2 * n)
 }
 
+// WriteDouble is a double (a bulk string in RESP2), formatted as Redis's
+// addReplyDouble (%.17g; inf, -inf).
+func (w *respWriter) WriteDouble(f float64) {
+	s := collection.FormatScore(f)
+	if w.resp3() {
+		w.emit(func(b []byte) []byte { return append(append(append(b, ','), s...), '\r', '\n') })
+		return
+	}
+	w.WriteBulkString(s)
+}
+
 // WriteSet starts a set of n elements (an array in RESP2).
 func (w *respWriter) WriteSet(n int) {
 	if w.resp3() {
@@ -254,16 +265,4 @@ func (w *respWriter) WriteVerbatim(s string) {
 		return
 	}
 	w.WriteBulkString(s)
-}
-
-// formatFloat formats as Redis's long double output for INCRBYFLOAT: no
-// exponent, no trailing zeros.
-func formatFloat(f float64) string {
-	switch {
-	case math.IsInf(f, 1):
-		return "inf"
-	case math.IsInf(f, -1):
-		return "-inf"
-	}
-	return strconv.FormatFloat(f, 'f', -1, 64)
 }

@@ -19,9 +19,9 @@
 //
 // Invariants and semantics, where kvarray differs from Redis or has to
 // choose:
-//   - Keys are 1 to keyspace's limit (241 bytes with default device
-//     limits: the array's 252 less the expiry index's 11); the empty key
-//     and longer keys are errors, not absent keys.
+//   - Keys are 0 to keyspace's limit (241 bytes with default device
+//     limits: the array's 252 less the expiry index's 11); longer keys
+//     are errors, not absent keys.
 //   - A connection's replies come in order, and its commands on one key
 //     run in order; pipelined single-key commands of different keys run
 //     concurrently (pipeline.go), every other command is a barrier;
@@ -35,6 +35,11 @@
 //     shared, EXEC exclusively, so nothing interleaves with a transaction
 //     and no client sees half of one; EXEC's writes are stored as one
 //     intent record first, so that a crash leaves all of them or none.
+//   - Scripts and functions (scripting.go, functions.go) run as a
+//     transaction does: under the exclusive lock, their writes in an
+//     overlay committed through one intent record, so a script's writes
+//     are all there or none across a crash; a script stopped (SCRIPT
+//     KILL, its memory limit, shutdown) applies none.
 //   - Outside MULTI, MSET and DEL of several keys run their stores/deletes
 //     concurrently: a reader can see some keys written and others not
 //     yet, and a failure part way leaves the keys that were written.
@@ -82,10 +87,13 @@ import (
 
 	"github.com/tidwall/redcon"
 
+	"github.com/kvarray/kvarray/acl"
 	"github.com/kvarray/kvarray/array"
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/internal/keylock"
 	"github.com/kvarray/kvarray/keyspace"
+	"github.com/kvarray/kvarray/pubsub"
+	"github.com/kvarray/kvarray/script"
 )
 
 // ErrServerClosed is returned by Serve and ListenAndServe after Shutdown.
@@ -119,9 +127,12 @@ type options struct {
 	maxRequest int64
 	maxInput   int64
 	errorLog   *log.Logger
-	auth       *authConfig // auth.go
-	hooks      hooks       // observe.go
+	auth       authSpec // auth.go
+	hooks      hooks    // observe.go
 	databases  int
+	// authTimeout: how long an unauthenticated connection may go
+	// without sending (WithAuthTimeout).
+	authTimeout time.Duration
 	// afterIntent, for tests, runs after a transaction's intent record
 	// is stored and before its writes: an error stops the commit there,
 	// as a crash would.
@@ -161,6 +172,11 @@ func WithMaxRequest(n int64) Option { return func(o *options) { o.maxRequest = n
 // memory. Default 1 GiB; never less than the request limit.
 func WithMaxInput(n int64) Option { return func(o *options) { o.maxInput = n } }
 
+// WithAuthTimeout sets how long a connection that has not authenticated
+// (when a password is required) may go without sending before it is
+// closed: default 30 s.
+func WithAuthTimeout(d time.Duration) Option { return func(o *options) { o.authTimeout = d } }
+
 // WithErrorLog sets where the server logs what no client can be told:
 // a panic in a handler (the connection is closed), accept errors. Default:
 // the log package's standard logger.
@@ -173,6 +189,7 @@ func WithDatabases(n int) Option { return func(o *options) { o.databases = n } }
 // Server serves one array over RESP2 and RESP3. Create it with New.
 type Server struct {
 	inputHeld  atomic.Int64 // bytes of unfinished commands, all connections (guard)
+	unauthHeld atomic.Int64 // the same, of unauthenticated connections: a budget apart
 	givingBack atomic.Bool  // a giveBack is pending
 	a          *array.Array
 	o          options
@@ -180,6 +197,7 @@ type Server struct {
 	nonce      [nonceLen]byte
 	runID      [20]byte // INFO's run_id
 	cmds       map[string]*entry
+	acl        *acl.ACL // auth.go
 	locks      *keylock.Table
 	started    time.Time
 	version    string
@@ -188,18 +206,30 @@ type Server struct {
 	ks        *keyspace.Store
 	startOnce sync.Once
 	startErr  error
+	mon       monitors   // MONITOR's connections (monitor.go)
+	idle      idleConfig // CONFIG timeout, maxmemory-policy (idle.go)
 	// txmu is the transaction lock: shared by every data command,
-	// exclusive for EXEC (tx.go).
-	txmu sync.RWMutex
+	// exclusive for EXEC (tx.go) and a batch of scripts (pipe,
+	// scriptpipe.go), whose Lua runs one at a time under luaMu.
+	txmu  sync.RWMutex
+	pipe  scriptPipe
+	luaMu sync.Mutex
 	// pending: intent records left behind by failed commits, completed
 	// before the next write (tx.go); pendingN is its length.
 	pending  [][]byte
+	pendMu   sync.Mutex // orders the changes of pending under the shared lock
 	pendingN atomic.Int32
 	watch    watches
+	blk      blocker // blocked clients (blocking.go)
 	pause    atomic.Pointer[pause]
 	exp      expiry
-	scans    scanCursors // SCAN's cursors (keyspace.go)
-	cfg      runtimeConfig
+	// scripts is the Lua engine; script the script running now, if any
+	// (scripting.go).
+	scripts *script.Engine
+	script  atomic.Pointer[scriptRun]
+	scans   scanCursors // SCAN's cursors (keyspace.go)
+	cfg     runtimeConfig
+	limits  collLimits // coll.go
 
 	// ctx is the context of every array operation; cancelled when
 	// Shutdown gives up waiting.
@@ -214,8 +244,10 @@ type Server struct {
 	drainOnce sync.Once
 	nextID    atomic.Int64
 
-	stats stats
-	tasks tasks // observe.go
+	stats      stats
+	errorStats errorStats // info.go
+	hub        pubsub.Hub // pubsub.go
+	tasks      tasks      // observe.go
 }
 
 type stats struct {
@@ -231,7 +263,7 @@ type stats struct {
 func New(a *array.Array, opts ...Option) *Server {
 	maxKey, maxValue := a.Limits()
 	o := options{maxClients: DefaultMaxClients, maxBulk: min(maxValue, DefaultMaxBulk), maxRequest: DefaultMaxRequest,
-		maxInput: DefaultMaxInput, databases: keyspace.DefaultDatabases}
+		maxInput: DefaultMaxInput, databases: keyspace.DefaultDatabases, authTimeout: DefaultAuthTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -240,9 +272,6 @@ func New(a *array.Array, opts ...Option) *Server {
 	o.maxInput = max(o.maxInput, o.maxRequest)
 	if o.errorLog == nil {
 		o.errorLog = log.Default()
-	}
-	if o.auth == nil {
-		o.auth = newAuth("", nil) // Redis's default: no password
 	}
 	s := &Server{
 		a:         a,
@@ -261,10 +290,13 @@ func New(a *array.Array, opts ...Option) *Server {
 	rand.Read(s.runID[:])
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.cfg.init(o)
+	s.scripts = s.newScripts()
+	s.limits.init()
 	s.cmds = make(map[string]*entry, len(commands))
 	for _, c := range commands {
 		s.cmds[c.name] = &entry{command: c}
 	}
+	s.acl = newACL(s.cmds, o.auth)
 	return s
 }
 
@@ -334,6 +366,10 @@ func (s *Server) start() error {
 		}
 		s.ks = ks
 		if err := s.replayIntents(); err != nil {
+			s.startErr = fmt.Errorf("server: %w", err)
+			return
+		}
+		if err := s.loadFunctions(s.ctx); err != nil {
 			s.startErr = fmt.Errorf("server: %w", err)
 			return
 		}
@@ -484,8 +520,14 @@ func (s *Server) track(nc net.Conn) *conn {
 		replies: newReplyEstimate(),
 	}
 	c.last.Store(now.UnixNano())
+	if s.acl.NoPassDefault() {
+		// Redis: a connection starts as the default user when it is on
+		// and needs no password, and stays so if that changes.
+		c.user.Store(s.acl.Default())
+	}
 	c.g = guard{maxBulk: s.o.maxBulk, maxQuery: s.o.maxRequest, maxArgs: DefaultMaxArgs, nonce: s.nonce,
-		held: &s.inputHeld, maxHeld: s.o.maxInput, asideFrom: asideFrom}
+		held: &s.inputHeld, maxHeld: s.o.maxInput, asideFrom: asideFrom,
+		unauth: func() bool { return s.who(c) == nil }, unauthHeld: &s.unauthHeld, maxUnauthHeld: unauthBudget(s.o.maxInput)}
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	s.stats.connections.Add(1)
@@ -520,10 +562,26 @@ type conn struct {
 	s       *Server
 	unsent  int           // reply bytes not yet flushed (respWriter); the connection's goroutine only
 	replies replyEstimate // sizes its concurrent runs (pipeline.go); the connection's goroutine only
+	run     pipelineRun   // its concurrent runs' reused state (pipeline.go); the connection's goroutine only
 	g       guard
 	pending []byte // guard output that did not fit the caller's buffer
-	perr    error  // protocol error to report once pending is delivered
+	// peeked: bytes read from the socket while the client was blocked
+	// (blocking.go), and the error that ended that read, to go through
+	// the guard first.
+	peeked  []byte
+	peekErr error
+	perr    error // protocol error to report once pending is delivered
 	readErr error
+	// authWait: the socket has authDeadline's read deadline.
+	authWait bool
+	// Pub/sub (pubsub.go): the subscriptions, the push queue once the
+	// connection has subscribed, and the write lock that keeps messages
+	// out of replies.
+	subsMu sync.Mutex
+	subs   subs
+	push   *pushQueue
+	wmu    sync.Mutex
+	proto3 atomic.Bool // proto is 3, for Deliver on other goroutines
 
 	id          int64
 	addr, laddr string
@@ -547,8 +605,8 @@ type conn struct {
 	mu           sync.Mutex // guards the fields below
 	name         string
 	libName, lib string
-	user         atomic.Pointer[user] // as authenticated (auth.go)
-	dbShown      atomic.Int64         // db, for CLIENT LIST from other goroutines
+	user         atomic.Pointer[acl.User] // as authenticated (auth.go)
+	dbShown      atomic.Int64             // db, for CLIENT LIST from other goroutines
 }
 
 // Read passes the client's bytes through the guard. Once the server is
@@ -590,7 +648,20 @@ func (c *conn) Read(p []byte) (int, error) {
 			}
 			continue
 		}
-		n, err := c.Conn.Read(p)
+		if err := c.authDeadline(); err != nil {
+			return 0, err
+		}
+		var n int
+		var err error
+		switch {
+		case len(c.peeked) > 0:
+			n = copy(p, c.peeked)
+			c.peeked = c.peeked[n:]
+		case c.peekErr != nil:
+			err, c.peekErr = c.peekErr, nil
+		default:
+			n, err = c.Conn.Read(p)
+		}
 		if err != nil {
 			if c.draining.Load() {
 				err = io.EOF // woken by drain's deadline
@@ -607,6 +678,37 @@ func (c *conn) Read(p []byte) (int, error) {
 			}
 		}
 	}
+}
+
+// DefaultAuthTimeout is how long a connection that has not authenticated
+// may wait between reads: one that never authenticates holds its socket
+// and its part of the unauthenticated budget only that long.
+const DefaultAuthTimeout = 30 * time.Second
+
+// unauthBudget is the input budget of unauthenticated connections, out
+// of the server's maxInput: a sixteenth, at least 1 MiB (each may hold
+// about unauthMaxArgs × unauthMaxBulk bytes).
+func unauthBudget(maxInput int64) int64 { return max(maxInput/16, 1<<20) }
+
+// authDeadline sets a read deadline authTimeout away while the connection
+// has not authenticated, and clears it once it has. drain's deadline
+// wins: drain sets draining before its deadline, so a deadline set here
+// after it is seen.
+func (c *conn) authDeadline() error {
+	switch unauth := c.g.unauth != nil && c.g.unauth(); {
+	case unauth:
+		c.Conn.SetReadDeadline(time.Now().Add(c.s.o.authTimeout))
+		c.authWait = true
+	case c.authWait:
+		c.Conn.SetReadDeadline(time.Time{})
+		c.authWait = false
+	default:
+		return nil
+	}
+	if c.draining.Load() {
+		return io.EOF
+	}
+	return nil
 }
 
 // drain makes the connection end once it has run what it has read: a
@@ -627,6 +729,10 @@ func (c *conn) Close() error {
 		if c.s != nil {
 			c.s.unwatch(c)
 			c.s.untrack(c)
+			c.s.unsubscribeAll(c)
+		}
+		if c.push != nil {
+			c.push.stop()
 		}
 		c.g.release()
 		c.g.dropAside()

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"math/bits"
 	"strconv"
 
 	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/internal/bitops"
+	"github.com/kvarray/kvarray/internal/longdouble"
 	"github.com/kvarray/kvarray/keyspace"
+	"github.com/kvarray/kvarray/pubsub"
 )
 
 // Redis 7's error strings for string commands.
@@ -37,6 +41,12 @@ func (c *call) update(key []byte, fn func(cur value, found bool) (next value, st
 // updateRead is update; with read false the current value is not read
 // (fn sees it absent): a plain SET, which replaces whatever is there.
 func (c *call) updateRead(key []byte, read bool, fn func(cur value, found bool) (next value, store bool, msg string)) (cur value, found, ok bool) {
+	return c.updateKey(key, read, c.get, fn)
+}
+
+// updateKey is updateRead with the current value read by get (c.get for
+// a string, c.getAny for a value of any type).
+func (c *call) updateKey(key []byte, read bool, get func(int, []byte) (value, bool, error), fn func(cur value, found bool) (next value, store bool, msg string)) (cur value, found, ok bool) {
 	if !c.checkKeys(key) {
 		return value{}, false, false
 	}
@@ -46,10 +56,15 @@ func (c *call) updateRead(key []byte, read bool, fn func(cur value, found bool) 
 		return value{}, false, false
 	}
 	defer unlock()
-	if read {
-		if cur, found, err = c.get(c.cl.db, key); err != nil {
+	existed := false // for the "new" event: read only when it is wanted
+	if read || c.notifying(pubsub.New) {
+		if cur, found, err = get(c.cl.db, key); err != nil {
 			c.fail(err)
 			return value{}, false, false
+		}
+		existed = found
+		if !read {
+			cur, found = value{}, false // as unread, for fn too
 		}
 	}
 	next, store, msg := fn(cur, found)
@@ -66,6 +81,7 @@ func (c *call) updateRead(key []byte, read bool, fn func(cur value, found bool) 
 			c.fail(err)
 			return cur, found, false
 		}
+		c.notifyStore(key, existed, next)
 	}
 	return cur, found, true
 }
@@ -137,7 +153,7 @@ func (c *call) expiryArg(opt string, i *int, cmd string) (int64, bool) {
 // parseExpiry parses the number after EX/PX/EXAT/PXAT into an absolute
 // expire-at, with Redis's error for cmd.
 func parseExpiry(kind string, arg []byte, cmd string) (int64, string) {
-	n, err := strconv.ParseInt(string(arg), 10, 64)
+	n, err := parseInt(arg)
 	if err != nil {
 		return 0, errNotInt
 	}
@@ -216,7 +232,7 @@ func cmdSet(c *call) {
 			at = cur.at
 		}
 		stored = true
-		return value{c.args[2], at, false}, true, ""
+		return value{v: c.args[2], at: at, raw: false}, true, ""
 	})
 	switch {
 	case !ok:
@@ -234,7 +250,7 @@ func cmdSetNX(c *call) {
 	stored := false
 	if _, _, ok := c.update(c.args[1], func(_ value, found bool) (value, bool, string) {
 		stored = !found
-		return value{c.args[2], 0, false}, !found, ""
+		return value{v: c.args[2], at: 0, raw: false}, !found, ""
 	}); ok {
 		c.w.WriteInt(b2i(stored))
 	}
@@ -259,7 +275,7 @@ func cmdSetEx(c *call) {
 		return
 	}
 	if _, _, ok := c.updateRead(c.args[1], false, func(value, bool) (value, bool, string) {
-		return value{c.args[3], at, false}, true, ""
+		return value{v: c.args[3], at: at, raw: false}, true, ""
 	}); ok {
 		c.ok()
 	}
@@ -292,7 +308,7 @@ func cmdGetEx(c *call) {
 		if !found || exp.kind == "" || exp.kind == "PERSIST" && cur.at == 0 {
 			return cur, false, ""
 		}
-		return value{cur.v, exp.at, cur.raw}, true, ""
+		return value{v: cur.v, at: exp.at, raw: cur.raw}, true, ""
 	})
 	if ok {
 		c.hit(found)
@@ -302,7 +318,7 @@ func cmdGetEx(c *call) {
 
 func cmdGetSet(c *call) {
 	if cur, found, ok := c.update(c.args[1], func(value, bool) (value, bool, string) {
-		return value{c.args[2], 0, false}, true, ""
+		return value{v: c.args[2], at: 0, raw: false}, true, ""
 	}); ok {
 		c.bulkOrNull(cur, found)
 	}
@@ -325,6 +341,9 @@ func cmdGetDel(c *call) {
 	if err != nil {
 		c.fail(err)
 		return
+	}
+	if found {
+		c.notify(pubsub.Generic, "del", c.cl.db, c.args[1])
 	}
 	c.bulkOrNull(cur, found)
 }
@@ -382,11 +401,14 @@ func cmdMset(c *call) {
 	}
 	errs := forEach(len(idx), func(j int) error {
 		i := idx[j]
-		return c.put(c.cl.db, keys[i], value{c.args[2+2*i], 0, false})
+		return c.put(c.cl.db, keys[i], value{v: c.args[2+2*i], at: 0, raw: false})
 	})
 	if failed, first := firstError(errs); first != nil {
 		c.error(fmt.Sprintf("%s (%d of %d keys not written)", errorReply(first), failed, len(idx)))
 		return
+	}
+	for _, i := range idx {
+		c.notify(pubsub.String, "set", c.cl.db, keys[i])
 	}
 	if c.e.name == "msetnx" {
 		c.w.WriteInt(1)
@@ -415,6 +437,9 @@ func cmdMget(c *call) {
 		errs := forEach(len(chunk), func(i int) error {
 			var err error
 			vals[i], founds[i], err = c.get(c.cl.db, chunk[i])
+			if errors.Is(err, keyspace.ErrWrongType) {
+				err = nil // nil, as in Redis
+			}
 			return err
 		})
 		if lo == 0 {
@@ -481,33 +506,50 @@ func cmdStrlen(c *call) {
 // the key has no live value to edit (the caller then writes a whole new
 // value) or inside a transaction.
 func (c *call) editInPlace(key []byte, edit func() (int64, error)) bool {
+	n, done, ok := c.inPlace(key, edit)
+	if done && ok {
+		c.edited(key)
+		c.notify(pubsub.String, stringEvents[c.e.name], c.cl.db, key)
+		c.w.WriteInt(int(n))
+	}
+	return done
+}
+
+// inPlace runs edit under key's lock and returns what it returns: done
+// false when the key has no live value to edit (keyspace.ErrNoValue) or
+// inside a transaction, nothing replied; ok false once it has replied
+// with an error.
+func (c *call) inPlace(key []byte, edit func() (int64, error)) (n int64, done, ok bool) {
 	if c.tx != nil {
-		return false
+		return 0, false, false
 	}
 	if !c.checkKeys(key) {
-		return true
+		return 0, true, false
 	}
 	unlock, err := c.lockKeys(c.cl.db, key)
 	if err != nil {
 		c.fail(err)
-		return true
+		return 0, true, false
 	}
 	defer unlock()
-	n, err := edit()
+	n, err = edit()
 	switch {
 	case errors.Is(err, keyspace.ErrNoValue):
-		return false
+		return 0, false, false
 	case errors.Is(err, array.ErrValueTooLarge):
 		c.error(errTooBig)
-		return true
+		return 0, true, false
 	case err != nil:
 		c.fail(err)
-		return true
+		return 0, true, false
 	}
+	return n, true, true
+}
+
+// edited counts an in-place edit of key and dirties its watchers.
+func (c *call) edited(key []byte) {
 	c.s.stats.stores.Add(1)
 	c.s.touch(c.cl.db, key)
-	c.w.WriteInt(int(n))
-	return true
 }
 
 // cmdAppend edits the value in place; a key with no value is created
@@ -526,7 +568,7 @@ func cmdAppend(c *call) {
 		nv := make([]byte, 0, len(cur.v)+len(c.args[2]))
 		nv = append(append(nv, cur.v...), c.args[2]...)
 		n = len(nv)
-		return value{nv, cur.at, found}, true, ""
+		return value{v: nv, at: cur.at, raw: found}, true, ""
 	}); ok {
 		c.w.WriteInt(n)
 	}
@@ -537,8 +579,8 @@ func cmdAppend(c *call) {
 // end, the length first (under the key's lock, so that both reads see one
 // value).
 func cmdGetRange(c *call) {
-	start, err1 := strconv.ParseInt(string(c.args[2]), 10, 64)
-	end, err2 := strconv.ParseInt(string(c.args[3]), 10, 64)
+	start, err1 := parseInt(c.args[2])
+	end, err2 := parseInt(c.args[3])
 	if err1 != nil || err2 != nil {
 		c.error(errNotInt)
 		return
@@ -588,7 +630,7 @@ func cmdGetRange(c *call) {
 // cmdSetRange edits the value in place; a key with no value is created
 // whole (raw, as Redis does).
 func cmdSetRange(c *call) {
-	off, err := strconv.ParseInt(string(c.args[2]), 10, 64)
+	off, err := parseInt(c.args[2])
 	if err != nil {
 		c.error(errNotInt)
 		return
@@ -621,14 +663,15 @@ func cmdSetRange(c *call) {
 		}
 		copy(nv[off:], val)
 		n = len(nv)
-		return value{nv, cur.at, true}, true, ""
+		return value{v: nv, at: cur.at, raw: true}, true, ""
 	}); ok {
 		c.w.WriteInt(n)
 	}
 }
 
-// parseCounter is a stored value as a 64-bit integer, as Redis reads it:
-// decimal, no spaces, no leading '+', no leading zeros.
+// parseCounter is a stored value or an argument as a 64-bit integer, as
+// Redis's string2ll reads it: decimal, no spaces, no '+', no leading
+// zeros, no "-0".
 func parseCounter(v []byte) (int64, bool) {
 	if len(v) == 0 || len(v) > 20 || v[0] == '+' || v[0] == ' ' {
 		return 0, false
@@ -640,6 +683,20 @@ func parseCounter(v []byte) (int64, bool) {
 	return n, true
 }
 
+// errNotInteger is parseInt's error.
+var errNotInteger = errors.New("not an integer as Redis reads one")
+
+// parseInt reads an integer argument as Redis does (parseCounter): every
+// command's integer arguments go through it, so that "+1", "01" and "-0"
+// are refused everywhere Redis refuses them.
+func parseInt(b []byte) (int64, error) {
+	n, ok := parseCounter(b)
+	if !ok {
+		return 0, errNotInteger
+	}
+	return n, nil
+}
+
 // cmdIncr serves INCR, DECR, INCRBY and DECRBY, atomically per key (the
 // key's write lock); the key keeps its expiry.
 func cmdIncr(c *call) {
@@ -648,7 +705,7 @@ func cmdIncr(c *call) {
 	case "decr":
 		by = -1
 	case "incrby", "decrby":
-		n, err := strconv.ParseInt(string(c.args[2]), 10, 64)
+		n, err := parseInt(c.args[2])
 		if err != nil {
 			c.error(errNotInt)
 			return
@@ -675,57 +732,45 @@ func cmdIncr(c *call) {
 			return value{}, false, errOverflow
 		}
 		result = n + by
-		return value{strconv.AppendInt(nil, result, 10), cur.at, false}, true, ""
+		return value{v: strconv.AppendInt(nil, result, 10), at: cur.at, raw: false}, true, ""
 	}); ok {
 		c.w.WriteInt64(result)
 	}
 }
 
-// parseFloat is a value as Redis's strtold accepts it for INCRBYFLOAT:
-// no spaces, not NaN.
-func parseFloat(v []byte) (float64, bool) {
-	if len(v) == 0 || v[0] == ' ' || v[len(v)-1] == ' ' {
-		return 0, false
-	}
-	f, err := strconv.ParseFloat(string(v), 64)
-	if err != nil && !errors.Is(err, strconv.ErrRange) || math.IsNaN(f) {
-		return 0, false
-	}
-	return f, true
-}
-
 // cmdIncrByFloat: INCRBYFLOAT key increment, replying with a bulk string
-// as Redis 7 does in both protocols.
+// as Redis 7 does in both protocols, computed and printed in long double
+// as Redis does (package longdouble).
 func cmdIncrByFloat(c *call) {
-	by, ok := parseFloat(c.args[2])
+	by, ok := longdouble.Parse(c.args[2])
 	if !ok {
 		c.error(errNotFloat)
 		return
 	}
 	var out []byte
 	if _, _, ok := c.update(c.args[1], func(cur value, found bool) (value, bool, string) {
-		n := 0.0
+		n := new(big.Float)
 		if found {
 			var ok bool
-			if n, ok = parseFloat(cur.v); !ok {
+			if n, ok = longdouble.Parse(cur.v); !ok {
 				return value{}, false, errNotFloat
 			}
 		}
-		r := n + by
-		if math.IsNaN(r) || math.IsInf(r, 0) {
+		r, ok := longdouble.Add(n, by)
+		if !ok {
 			return value{}, false, errNaN
 		}
-		out = []byte(formatFloat(r))
-		return value{out, cur.at, false}, true, ""
+		out = []byte(longdouble.Format(r))
+		return value{v: out, at: cur.at, raw: false}, true, ""
 	}); ok {
 		c.w.WriteBulk(out)
 	}
 }
 
 // cmdSetBit: SETBIT key offset value (bit 0 is the most significant bit
-// of byte 0, as Redis).
+// of byte 0, as Redis): BITFIELD's SET u1, written in place (bitmap.go).
 func cmdSetBit(c *call) {
-	off, err := strconv.ParseInt(string(c.args[2]), 10, 64)
+	off, err := parseInt(c.args[2])
 	if err != nil || off < 0 || off >= maxBits || off/8 >= c.s.maxValue {
 		c.error(errBitOffset)
 		return
@@ -735,40 +780,30 @@ func cmdSetBit(c *call) {
 		c.error(errBitValue)
 		return
 	}
-	old := 0
-	if _, _, ok := c.update(c.args[1], func(cur value, found bool) (value, bool, string) {
-		i := int(off / 8)
-		nv := bytes.Clone(cur.v)
-		if i >= len(nv) {
-			nv = append(nv, make([]byte, i+1-len(nv))...)
-		}
-		mask := byte(0x80 >> (off % 8))
-		if nv[i]&mask != 0 {
-			old = 1
-		}
-		if bit == "1" {
-			nv[i] |= mask
-		} else {
-			nv[i] &^= mask
-		}
-		return value{nv, cur.at, true}, true, ""
-	}); ok {
-		c.w.WriteInt(old)
+	f := bitops.Field{Kind: bitops.Set, Type: bitops.Type{Bits: 1}, Offset: uint64(off), Arg: int64(bit[0] - '0')}
+	replies, changes, ok := c.applyFields(c.args[1], []bitops.Field{f})
+	if !ok {
+		return
 	}
+	if changes > 0 {
+		c.notify(pubsub.String, "setbit", c.cl.db, c.args[1])
+	}
+	c.w.WriteInt64(*replies[0])
 }
 
+// cmdGetBit reads the byte that holds the bit.
 func cmdGetBit(c *call) {
-	off, err := strconv.ParseInt(string(c.args[2]), 10, 64)
+	off, err := parseInt(c.args[2])
 	if err != nil || off < 0 || off >= maxBits {
 		c.error(errBitOffset)
 		return
 	}
-	v, _, err := c.get(c.cl.db, c.args[1])
+	b, _, _, err := c.getRange(c.cl.db, c.args[1], off/8, 1)
 	if err != nil {
 		c.fail(err)
 		return
 	}
-	if i := off / 8; i < int64(len(v.v)) && v.v[i]&(0x80>>(off%8)) != 0 {
+	if len(b) > 0 && b[0]&(0x80>>(off%8)) != 0 {
 		c.w.WriteInt(1)
 		return
 	}
@@ -783,8 +818,8 @@ func cmdBitCount(c *call) {
 	case 2:
 	case 4, 5:
 		var err1, err2 error
-		start, err1 = strconv.ParseInt(string(c.args[2]), 10, 64)
-		end, err2 = strconv.ParseInt(string(c.args[3]), 10, 64)
+		start, err1 = parseInt(c.args[2])
+		end, err2 = parseInt(c.args[3])
 		if err1 != nil || err2 != nil {
 			c.error(errNotInt)
 			return
@@ -800,6 +835,11 @@ func cmdBitCount(c *call) {
 			}
 		}
 		ranged = true
+		if start < 0 && end < 0 && start > end {
+			// Redis 7.0 answers 0 before looking at the value.
+			c.w.WriteInt(0)
+			return
+		}
 	default:
 		c.syntaxError()
 		return
@@ -861,7 +901,7 @@ func cmdLCS(c *call) {
 				c.syntaxError()
 				return
 			}
-			n, err := strconv.ParseInt(string(c.args[j+1]), 10, 64)
+			n, err := parseInt(c.args[j+1])
 			if err != nil {
 				c.error(errNotInt)
 				return

@@ -43,31 +43,33 @@ import (
 // txCommands run at once even inside MULTI.
 var txCommands = map[string]bool{"exec": true, "discard": true, "multi": true, "watch": true, "quit": true, "reset": true}
 
-// queue handles a command sent after MULTI; it reports whether it did.
+// queue handles a command sent after MULTI that passed serveOne's checks
+// (known, right arity, permitted); it reports whether it did.
 func (c *call) queue(e *entry) bool {
 	cl := c.cl
-	if !cl.multi || e != nil && txCommands[e.name] {
+	if !cl.multi || txCommands[e.name] {
 		return false
 	}
-	switch {
-	case e == nil:
-		c.unknownCommand()
-		cl.txFailed = true
-	case e.arity > 0 && len(c.args) != e.arity || e.arity < 0 && len(c.args) < -e.arity:
-		c.arityError(e.name)
-		cl.txFailed = true
-	case e.noTx:
+	if e.noTx {
 		c.error(fmt.Sprintf("ERR Command not allowed inside a transaction: '%s' (kvarray)", e.name))
 		cl.txFailed = true
-	default:
-		args := make([][]byte, len(c.args))
-		for i, a := range c.args {
-			args[i] = append([]byte(nil), a...)
-		}
-		cl.queued = append(cl.queued, args)
-		c.w.WriteString("QUEUED")
+		return true
 	}
+	args := make([][]byte, len(c.args))
+	for i, a := range c.args {
+		args[i] = append([]byte(nil), a...)
+	}
+	cl.queued = append(cl.queued, args)
+	c.w.WriteString("QUEUED")
 	return true
+}
+
+// abortTx makes the connection's transaction, if one is open, end in
+// EXECABORT: c was refused before it could be queued.
+func (c *call) abortTx() {
+	if c.cl.multi {
+		c.cl.txFailed = true
+	}
 }
 
 func cmdMulti(c *call) {
@@ -105,7 +107,7 @@ func cmdWatch(c *call) {
 		}
 		// The expire-at at WATCH time: a key that expires later counts
 		// as modified (Redis 7).
-		v, found, err := c.get(c.cl.db, k)
+		v, found, err := c.getAny(c.cl.db, k)
 		if err != nil {
 			c.fail(err)
 			return
@@ -173,13 +175,21 @@ func cmdExec(c *call) {
 	for _, args := range queued {
 		e := c.s.lookup(args[0])
 		sub := &call{s: c.s, rc: c.rc, cl: cl, args: args, ctx: c.ctx, e: e, w: out, tx: tx}
+		// Checked when queued, and again now: an AUTH queued before it
+		// may have changed the connection's user.
+		if !c.s.permitQueued(sub) {
+			continue
+		}
 		e.calls.Add(1)
+		sub.running = true
 		e.run(sub)
+		c.s.feedMonitors(sub)
 	}
 	if err := c.s.commit(c, tx); err != nil {
 		c.error(fmt.Sprintf("%s (transaction not applied; if its intent record was stored it is completed before the next write)", errorReply(err)))
 		return
 	}
+	c.s.publishEvents(tx.events)
 	c.w.WriteArray(len(queued))
 	c.w.send(out)
 }
@@ -190,19 +200,33 @@ var errTxTooLarge = errors.New("transaction too large")
 // commit makes the overlay's writes durable, all or nothing (see the
 // package comment of this file).
 func (s *Server) commit(c *call, tx *txn) error {
-	if len(tx.list) == 0 {
+	err := s.commitOps(c.ctx, tx.list)
+	for i, op := range tx.list {
+		s.touch(tx.dbs[i], op.Key)
+	}
+	for _, k := range tx.touched {
+		s.touch(k.db, []byte(k.key))
+	}
+	return err
+}
+
+// commitOps applies ops all or nothing: more than one through an intent
+// record (a transaction's, or one command's writes of a collection and
+// its elements), under the transaction lock (shared or exclusive).
+func (s *Server) commitOps(ctx context.Context, ops []keyspace.Op) error {
+	if len(ops) == 0 {
 		return nil
 	}
 	var ik []byte
-	if len(tx.list) > 1 {
-		rec := keyspace.EncodeIntent(tx.list)
+	if len(ops) > 1 {
+		rec := keyspace.EncodeIntent(ops)
 		if int64(len(rec)) > s.maxValue {
 			return fmt.Errorf("its writes take %d bytes, the array's largest value is %d: %w: %w", len(rec), s.maxValue, errTxTooLarge, array.ErrValueTooLarge)
 		}
 		var id [16]byte
 		rand.Read(id[:])
 		ik = keyspace.IntentKey([]byte(hex.EncodeToString(id[:])))
-		if err := s.a.Store(c.ctx, ik, rec); err != nil {
+		if err := s.a.Store(ctx, ik, rec); err != nil {
 			return fmt.Errorf("storing the transaction's intent record: %w", err)
 		}
 		if s.o.afterIntent != nil {
@@ -212,19 +236,16 @@ func (s *Server) commit(c *call, tx *txn) error {
 			}
 		}
 	}
-	errs := forEach(len(tx.list), func(i int) error {
+	errs := forEach(len(ops), func(i int) error {
 		s.stats.stores.Add(1)
-		return s.ks.Apply(c.ctx, tx.list[i])
+		return s.ks.Apply(ctx, ops[i])
 	})
-	for i, op := range tx.list {
-		s.touch(tx.dbs[i], op.Key)
-	}
 	if _, err := firstError(errs); err != nil {
 		s.leftBehind(ik)
 		return err
 	}
 	if ik != nil {
-		if err := s.a.Delete(c.ctx, ik); err != nil && !errors.Is(err, array.ErrNotFound) {
+		if err := s.a.Delete(ctx, ik); err != nil && !errors.Is(err, array.ErrNotFound) {
 			s.o.errorLog.Printf("kvarray server: deleting intent record %q: %v (writes wait until it is deleted)", ik, err)
 			s.leftBehind(ik)
 		}
@@ -242,29 +263,42 @@ func (s *Server) commit(c *call, tx *txn) error {
 // and read under either.
 
 // leftBehind records intent record ik (nil: none) as left behind; under
-// the exclusive transaction lock.
+// the transaction lock, shared (a command's own intent: pendMu orders
+// those) or exclusive.
 func (s *Server) leftBehind(ik []byte) {
 	if ik == nil {
 		return
 	}
+	s.pendMu.Lock()
 	s.pending = append(s.pending, ik)
 	s.pendingN.Store(int32(len(s.pending)))
+	s.pendMu.Unlock()
 }
 
 // completeLeftBehind replays and deletes the intents left behind; under
 // the exclusive transaction lock.
 func (s *Server) completeLeftBehind(ctx context.Context) error {
-	for len(s.pending) > 0 {
-		if err := s.replayIntent(ctx, s.pending[0]); err != nil {
+	for {
+		// pendMu: a batch's scripts commit while the next one runs
+		// (scriptpipe.go), and a failed commit appends meanwhile.
+		s.pendMu.Lock()
+		if len(s.pending) == 0 {
+			s.pendMu.Unlock()
+			return nil
+		}
+		ik := s.pending[0]
+		s.pendMu.Unlock()
+		if err := s.replayIntent(ctx, ik); err != nil {
 			return fmt.Errorf("completing a transaction whose commit failed: %w", err)
 		}
+		s.pendMu.Lock()
 		s.pending = s.pending[1:]
 		s.pendingN.Store(int32(len(s.pending)))
+		s.pendMu.Unlock()
 		// Its writes may land only now: every watcher is told (the
 		// record's writes name physical keys, and this is rare).
 		s.touchDB(-1)
 	}
-	return nil
 }
 
 // lockForWrite takes the transaction lock shared for a write, once no

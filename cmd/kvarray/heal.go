@@ -245,7 +245,7 @@ func (c *cli) replace(dev int, spec string, force bool) error {
 	if err != nil {
 		return err
 	}
-	msg, err := replaceDevice(c.ctx, c.configPath, cfg, nil, dev, spec, force, nil)
+	msg, err := replaceDevice(c.ctx, c.configPath, cfg, nil, dev, spec, force, nil, nil)
 	fmt.Fprint(c.stdout, msg)
 	return err
 }
@@ -254,8 +254,11 @@ func (c *cli) replace(dev int, spec string, force bool) error {
 // (the config file at configPath): of live, the array kvarray serve
 // holds, or else of the array opened for it. adopt, when not nil, hands
 // the new device to the live array (adoptInSlot); else the array's
-// ReplaceDevice does. It returns what to tell the user.
-func replaceDevice(ctx context.Context, configPath string, cfg *config.Config, live *array.Array, dev int, spec string, force bool, adopt func(device.Device) error) (_ string, err error) {
+// ReplaceDevice does. closeOld, when not nil, closes the live array's
+// device at dev (left failed): a new device at the same path opens only
+// once the failed one's engine is closed (Pebble's lock). It returns what
+// to tell the user.
+func replaceDevice(ctx context.Context, configPath string, cfg *config.Config, live *array.Array, dev int, spec string, force bool, adopt func(device.Device) error, closeOld func()) (_ string, err error) {
 	n := len(cfg.Devices)
 	if dev >= n {
 		return "", fmt.Errorf("replace: device %d: the array has devices 0..%d", dev, n-1)
@@ -280,6 +283,12 @@ func replaceDevice(ctx context.Context, configPath string, cfg *config.Config, l
 	}
 	same := newName == oldName
 
+	if same && live != nil && closeOld != nil {
+		if live.ProbeDevice(ctx, dev) == mechanism.Healthy {
+			return "", fmt.Errorf("replace device %d: %s is healthy and in use: replace it by a new path, or fail it first ('kvarray fail %d')", dev, oldName, dev)
+		}
+		closeOld()
+	}
 	// The new device first, checked empty: when it is the same device as
 	// now, it is never opened twice.
 	nd, undo, err := openNewDevice(&newCfg, dev, same)
@@ -308,7 +317,8 @@ func replaceDevice(ctx context.Context, configPath string, cfg *config.Config, l
 	if err := checkNotMember(ctx, nd, newName, a.ID()); err != nil {
 		return "", fmt.Errorf("replace device %d: %w", dev, err)
 	}
-	if !same && a.DeviceState(dev) == mechanism.Healthy && !force {
+	// Judged as status shows it: probed, not as it was last seen.
+	if !same && a.ProbeDevice(ctx, dev) == mechanism.Healthy && !force {
 		return "", fmt.Errorf("replace device %d: %s is healthy: replacing it discards its contents, which rebuild restores from the other devices (values stored with hashing on it are lost); pass --force to replace it anyway", dev, oldName)
 	}
 	adopted = true // from here on the array owns it, and closes it
@@ -510,6 +520,10 @@ func (c *cli) reportHeal(what string, dev int, asJSON bool, rep array.RebuildRep
 		return err
 	case rep.Failed > 0:
 		return fmt.Errorf("%s of device %d finished, but %d keys could not be repaired: they are lost (first: %s)", what, dev, rep.Failed, firstOr(rep.Errors, "?"))
+	case state != mechanism.Healthy.String() && state != "?":
+		// Done with its keys, and still not back (it failed again, or
+		// cannot take writes): not a success to script on.
+		return fmt.Errorf("%s of device %d finished, but the device is %s, not healthy: see 'kvarray status'", what, dev, state)
 	}
 	return nil
 }

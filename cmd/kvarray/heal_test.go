@@ -507,3 +507,19 @@ func TestRenderProgress(t *testing.T) {
 		t.Error("a nil progress has options")
 	}
 }
+
+// TestHealNotHealthyAtItsEnd (issue 40): a resync that repaired every key
+// it was given but left its device failed (a full disk's writes refused
+// under it) printed "complete; the device is failed" and exited 0.
+func TestHealNotHealthyAtItsEnd(t *testing.T) {
+	var out bytes.Buffer
+	c := &cli{ctx: context.Background(), stdout: &out, stderr: &out}
+	rep := array.RebuildReport{Dev: 2, Name: "pebble:dev2", Elapsed: time.Millisecond}
+	err := c.reportHeal("resync", 2, false, rep, nil, false, "failed")
+	if err == nil || !strings.Contains(err.Error(), "not healthy") {
+		t.Fatalf("resync that left its device failed: %v\n%s", err, out.String())
+	}
+	if err := c.reportHeal("resync", 2, false, rep, nil, false, "healthy"); err != nil {
+		t.Fatalf("resync that left its device healthy: %v", err)
+	}
+}

@@ -65,20 +65,25 @@ func inUse(cfg *config.Config, st array.Status) []string {
 
 // health returns status's headline and exit code. A device counts as lost
 // while it is failed or rebuilding (it does not hold its data yet), and
-// as reduced while degraded-behind (stale for the keys it missed).
+// as reduced while full or slow (it misses every write) or degraded-behind
+// (stale for the keys it missed).
 func health(cfg *config.Config, st array.Status, tasks []server.Task) (string, int) {
-	var failed, rebuilding, behind []string
+	var failed, rebuilding, behind, full, slow []string
 	for _, d := range st.Devices {
 		switch d.State {
 		case mechanism.Failed.String():
 			failed = append(failed, strconv.Itoa(d.Index))
+		case mechanism.Full.String():
+			full = append(full, strconv.Itoa(d.Index))
+		case mechanism.Slow.String():
+			slow = append(slow, strconv.Itoa(d.Index))
 		case mechanism.Rebuilding.String():
 			rebuilding = append(rebuilding, strconv.Itoa(d.Index))
 		case array.StateDegradedBehind:
 			behind = append(behind, strconv.Itoa(d.Index))
 		}
 	}
-	lost := len(failed) + len(rebuilding) + len(behind)
+	lost := len(failed) + len(rebuilding) + len(behind) + len(full) + len(slow)
 	tol := tolerance(cfg)
 	weakest, least := "", -1
 	for _, m := range inUse(cfg, st) {
@@ -89,6 +94,12 @@ func health(cfg *config.Config, st array.Status, tasks []server.Task) (string, i
 	var parts []string
 	if len(failed) > 0 {
 		parts = append(parts, devices(failed)+" failed")
+	}
+	if len(full) > 0 {
+		parts = append(parts, devices(full)+" full (read-only: free space, then 'kvarray resync "+full[0]+"', or wait for the automatic resync)")
+	}
+	if len(slow) > 0 {
+		parts = append(parts, devices(slow)+" slow (skipped: writes miss it until it answers as fast as its peers again)")
 	}
 	for _, t := range tasks {
 		if t.Kind == "rebuild" || t.Kind == "resync" {

@@ -43,6 +43,64 @@ func adminSocket(configPath string) (string, error) {
 	return p, nil
 }
 
+// ErrUnsafeSocketDir: the admin socket's directory lets other users
+// replace what is in it.
+var ErrUnsafeSocketDir = errors.New("directory writable by group or others")
+
+// listenAdmin listens on the admin socket at sock such that no other user
+// can ever connect to it: a connection there is the default user, fully
+// authenticated. Listening at sock and then changing its mode would leave
+// it open, under a permissive umask, until the change; so the socket is
+// made in a directory of its own that only the owner may enter, given mode
+// 0600 there, and renamed into place. A directory that others may write
+// is refused: they could put a socket of theirs where the CLI looks.
+// Closing the listener removes the socket.
+func listenAdmin(sock string) (net.Listener, error) {
+	dir := filepath.Dir(sock)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, err
+	}
+	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+		return nil, fmt.Errorf("%s (mode %04o): %w; another user could take the socket's place: run chmod go-w on it, or keep the config file in a directory of its own", dir, perm, ErrUnsafeSocketDir)
+	}
+	private, err := os.MkdirTemp(dir, ".ks") // mode 0700; short: sun_path
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(private)
+	tmp := filepath.Join(private, "s")
+	l, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, err
+	}
+	ul := l.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false) // it would remove tmp, long gone
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		ul.Close()
+		return nil, err
+	}
+	if err := os.Rename(tmp, sock); err != nil {
+		ul.Close()
+		return nil, err
+	}
+	return &adminListener{UnixListener: ul, path: sock}, nil
+}
+
+// adminListener removes its socket when closed.
+type adminListener struct {
+	*net.UnixListener
+	path string
+}
+
+func (l *adminListener) Close() error {
+	err := l.UnixListener.Close()
+	if rerr := os.Remove(l.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
+		err = rerr
+	}
+	return err
+}
+
 // dialAdmin connects to the admin socket at path; it returns nil, nil
 // when no server answers there (no socket, or one left by a server that
 // died).

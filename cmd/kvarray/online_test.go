@@ -186,3 +186,57 @@ func TestAdminSocketOfADeadServer(t *testing.T) {
 		t.Fatalf("status logged the dead socket: %q", errOut.String())
 	}
 }
+
+// TestReplaceSamePathOnline (issue 40, item 5): while serving, a device
+// whose directory was removed is replaced at the same path (the failed
+// Pebble engine is closed first: it held the directory's lock), rebuilt,
+// and every value reads back; a failed device, as status shows it, is
+// replaced by a new path without --force.
+func TestReplaceSamePathOnline(t *testing.T) {
+	dir := fresh(t, 6)
+	s := serve(t)
+	rdb := s.client(t)
+	l := startLoad(t, rdb, 2, 50)
+	waitWrites(t, l, 200)
+
+	if err := os.RemoveAll(filepath.Join(dir, "data", "dev2")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(statusOut(t, -1), "failed"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("device 2 never shows failed with its directory removed")
+		}
+	}
+	out := ok(t, nil, "replace", "2")
+	if !strings.Contains(out, "device 2 is now") {
+		t.Fatalf("replace at the same path while serving printed %q", out)
+	}
+	if rep := rebuildJSON(t, "rebuild", "2"); rep.Failed != 0 {
+		t.Fatalf("rebuild after the replace: %+v", rep)
+	}
+
+	// Failed as status shows it: a new path needs no --force.
+	if err := os.RemoveAll(filepath.Join(dir, "data", "dev4")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(statusOut(t, -1), "failed"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("device 4 never shows failed with its directory removed")
+		}
+	}
+	newDev := filepath.Join(dir, "new4")
+	if out := ok(t, nil, "replace", "4", "pebble:"+newDev); !strings.Contains(out, "device 4 is now pebble:"+newDev) {
+		t.Fatalf("replace of a failed device by a new path printed %q", out)
+	}
+	if rep := rebuildJSON(t, "rebuild", "4"); rep.Failed != 0 {
+		t.Fatalf("rebuild of device 4: %+v", rep)
+	}
+	l.finish(rdb)
+	statusOut(t, healthClean)
+	s.stop(t)
+	for k, v := range l.acked {
+		if got := ok(t, nil, "get", k); got != string(v) {
+			t.Fatalf("get %s after the replaces: %d bytes, want %d", k, len(got), len(v))
+		}
+	}
+}

@@ -71,7 +71,7 @@ that values survive failed and corrupt devices.`,
 	root.SetVersionTemplate("kvarray {{.Version}}\n")
 	root.PersistentFlags().StringVar(&c.configPath, "config", config.FileName, "config `FILE`")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{cmd, err} })
-	root.AddCommand(c.initCmd(), c.putCmd(), c.getCmd(), c.delCmd(), c.existsCmd(), c.lsCmd(), c.statusCmd(), c.replaceCmd(), c.rebuildCmd(), c.resyncCmd(), c.scrubCmd(), c.failCmd(), c.serveCmd(), c.benchCmd(), c.loadCmd(), c.mttdlCmd(), c.tuneCmd())
+	root.AddCommand(c.initCmd(), c.putCmd(), c.getCmd(), c.delCmd(), c.existsCmd(), c.lsCmd(), c.statusCmd(), c.replaceCmd(), c.rebuildCmd(), c.resyncCmd(), c.scrubCmd(), c.failCmd(), c.serveCmd(), c.benchCmd(), c.loadCmd(), c.mttdlCmd(), c.tuneCmd(), c.importCmd(), c.exportCmd())
 	return root
 }
 

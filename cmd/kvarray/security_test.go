@@ -2,21 +2,28 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -210,5 +217,190 @@ func TestProtectedMode(t *testing.T) {
 			}
 		}
 		s.stop(t)
+	}
+}
+
+// TestAdminSocketNeverOpen: a connection on the admin socket is the
+// default user, fully authenticated, so no other user may ever connect to
+// it, not even for the moment between its creation and a chmod. Under
+// umask 000, this test binary run as nobody dials the socket's path in a
+// loop while serve's listenAdmin makes and closes the socket hundreds of
+// times: it never connects.
+func TestAdminSocketNeverOpen(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("probing as another uid needs root")
+	}
+	dir, err := os.MkdirTemp("", "kvarray-sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil { // nobody may enter it, not write it
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := filepath.Join(dir, "probe")
+	if err := os.WriteFile(probe, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, ".kvarray.yaml.sock")
+	cmd := exec.Command(probe, "-test.run=^TestAdminSocketProbe$", "-test.v")
+	cmd.Env = append(os.Environ(), "KVARRAY_PROBE_SOCK="+sock)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	old := syscall.Umask(0)
+	made := 0
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); made++ {
+		l, err := listenAdmin(sock)
+		if err != nil {
+			syscall.Umask(old)
+			t.Fatalf("listenAdmin: %v", err)
+		}
+		if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("the socket: %v, %v; want mode 0600", fi.Mode(), err)
+		}
+		l.Close()
+	}
+	syscall.Umask(old)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("probe: %v\n%s", err, out.String())
+	}
+	m := regexp.MustCompile(`probe: (\d+) dials, (\d+) connected`).FindStringSubmatch(out.String())
+	if m == nil || m[1] == "0" {
+		t.Fatalf("the probe did not run:\n%s", out.String())
+	}
+	if m[2] != "0" {
+		t.Errorf("another uid connected to the admin socket %s times in %s dials, over %d sockets made", m[2], m[1], made)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("the socket is left after Close: %v", err)
+	}
+}
+
+// TestAdminSocketProbe is TestAdminSocketNeverOpen's other user: it runs
+// only as that test's child.
+func TestAdminSocketProbe(t *testing.T) {
+	sock := os.Getenv("KVARRAY_PROBE_SOCK")
+	if sock == "" {
+		t.Skip("run by TestAdminSocketNeverOpen")
+	}
+	dials, connected := 0, 0
+	for end := time.Now().Add(3500 * time.Millisecond); time.Now().Before(end); dials++ {
+		if c, err := net.Dial("unix", sock); err == nil {
+			connected++
+			c.Close()
+		}
+	}
+	fmt.Printf("probe: %d dials, %d connected\n", dials, connected)
+}
+
+// TestAdminSocketUnsafeDir: serve refuses to make its admin socket in a
+// directory others may write (they could put their own socket where the
+// CLI looks), saying how to fix it.
+func TestAdminSocketUnsafeDir(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	if err := os.WriteFile("kvarray.yaml", []byte("devices: [mem:a, mem:b, mem:c]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fails(t, nil, []string{"serve", "--listen", "127.0.0.1:0"}, "admin socket", "writable by group or others", "chmod go-w")
+	if _, err := listenAdmin(filepath.Join(dir, "s")); !errors.Is(err, ErrUnsafeSocketDir) {
+		t.Errorf("listenAdmin in a 0777 directory: %v", err)
+	}
+}
+
+// TestMetricsBeyondLoopback: /metrics on an address beyond loopback is
+// refused without metrics_token, saying how; with one, a scrape without
+// the token gets 401 and one with it the metrics.
+func TestMetricsBeyondLoopback(t *testing.T) {
+	t.Chdir(t.TempDir())
+	if err := os.WriteFile("kvarray.yaml", []byte("devices: [mem:a, mem:b, mem:c]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fails(t, nil, []string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "0.0.0.0:0"}, "metrics_token", "Authorization: Bearer", "127.0.0.1")
+	if err := os.WriteFile("kvarray.yaml", []byte("devices: [mem:a, mem:b, mem:c]\nmetrics_token: t0ken\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := serve(t, "--metrics-listen", "0.0.0.0:0")
+	defer s.stop(t)
+	m := metricsAt.FindStringSubmatch(s.out.String())
+	if m == nil {
+		t.Fatalf("no metrics address in %s", s.out)
+	}
+	url := strings.Replace(m[1], "0.0.0.0", "127.0.0.1", 1)
+	url = strings.Replace(url, "[::]", "127.0.0.1", 1)
+	get := func(auth string) int {
+		req, _ := http.NewRequest("GET", url, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get(""); code != http.StatusUnauthorized {
+		t.Errorf("scrape without the token: %d, want 401", code)
+	}
+	if code := get("Bearer wrong"); code != http.StatusUnauthorized {
+		t.Errorf("scrape with a wrong token: %d, want 401", code)
+	}
+	if code := get("Bearer t0ken"); code != http.StatusOK {
+		t.Errorf("scrape with the token: %d, want 200", code)
+	}
+}
+
+// TestServeACLFile: the aclfile of kvarray.yaml (relative to it) is read
+// when serve starts, and ACL SAVE writes it with passwords hashed.
+func TestServeACLFile(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	sum := sha256.Sum256([]byte("app-pw"))
+	if err := os.WriteFile("users.acl", []byte("user app on #"+hex.EncodeToString(sum[:])+" ~app:* -@all +get +set\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("kvarray.yaml", []byte("devices: [mem:a, mem:b, mem:c]\naclfile: users.acl\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := serve(t)
+	ctx := context.Background()
+	app := redis.NewClient(&redis.Options{Addr: s.addr, Username: "app", Password: "app-pw", MaxRetries: -1})
+	defer app.Close()
+	if err := app.Set(ctx, "app:1", "v", 0).Err(); err != nil {
+		t.Errorf("SET app:1 as app: %v", err)
+	}
+	if err := app.Set(ctx, "other", "v", 0).Err(); err == nil || err.Error() != "NOPERM this user has no permissions to access one of the keys used as arguments" {
+		t.Errorf("SET other as app: %v", err)
+	}
+	def := s.client(t)
+	if err := def.Do(ctx, "acl", "setuser", "bob", "on", ">bob-pw", "~*", "+@read").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := def.Do(ctx, "acl", "save").Err(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("users.acl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := sha256.Sum256([]byte("bob-pw"))
+	if !strings.Contains(string(b), "user bob on #"+hex.EncodeToString(bob[:])+" ~* resetchannels -@all +@read") || strings.Contains(string(b), "bob-pw") {
+		t.Errorf("aclfile after ACL SAVE:\n%s", b)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -20,6 +21,7 @@ import (
 	"github.com/kvarray/kvarray/array"
 	"github.com/kvarray/kvarray/config"
 	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/mechanism"
 	"github.com/kvarray/kvarray/metrics"
 	"github.com/kvarray/kvarray/server"
 )
@@ -31,7 +33,7 @@ const shutdownTimeout = 30 * time.Second
 func (c *cli) serveCmd() *cobra.Command {
 	var o serveFlags
 	cmd := &cobra.Command{
-		Use:   "serve [--listen ADDR] [--metrics-listen ADDR] [--log-format text|json] [--scrub-after-crash=false]",
+		Use:   "serve [--listen ADDR] [--metrics-listen ADDR] [--log-format text|json] [--scrub-after-crash=false] [--takeover]",
 		Short: "Serve the array over the Redis protocol (redis-cli, Redis clients)",
 		Long: `serve opens the array of the config file and serves it over the Redis
 protocol (RESP2, and RESP3 after HELLO 3) on ADDR (default 127.0.0.1:6380), until SIGINT or SIGTERM:
@@ -45,6 +47,11 @@ written to ./kvarray.yaml so that the other commands see the same array.
 While it runs, 'kvarray status', 'replace', 'rebuild', 'resync', 'scrub'
 and 'fail' reach it through its admin socket beside the config file
 (.kvarray.yaml.sock) and work on the array online.
+
+serve holds the array's lease (lease: in the config, 10s) on the devices
+while it runs: another host's or directory's serve is refused, naming
+it, until the lease expires, unless started with --takeover, which
+deposes it (the devices refuse its later writes; it stops).
 
 After an unclean shutdown (a crash, kill -9, power loss) serve starts
 'scrub --repair' in the background, as md resyncs a dirty array: status
@@ -80,13 +87,14 @@ KVARRAY.RECOVER DEV (mem devices).`,
 	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:6380", "listen on TCP address `ADDR`")
 	cmd.Flags().StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on `ADDR` (default: metrics_listen of the config; none)")
 	cmd.Flags().StringVar(&o.logFormat, "log-format", "", "log events as `text` or json (default: log_format of the config, else text)")
+	cmd.Flags().BoolVar(&o.takeover, "takeover", false, "take the array over from the process holding its lease (a standby host: see docs/serving.md, failover); its late writes are refused by the devices")
 	cmd.Flags().BoolVar(&o.scrubAfterCrash, "scrub-after-crash", true, "after an unclean shutdown, run 'scrub --repair' in the background at once (false: leave it to the operator)")
 	return cmd
 }
 
 type serveFlags struct {
 	listen, metricsListen, logFormat string
-	scrubAfterCrash                  bool
+	scrubAfterCrash, takeover        bool
 }
 
 func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
@@ -96,6 +104,7 @@ func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
 	if err != nil {
 		return err
 	}
+	cfg.SetTakeover(o.takeover)
 	sc := cfg.Serve
 	tuneGC(serveMemoryLimit)
 	tuneProcs()
@@ -150,18 +159,19 @@ func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
 		}
 		ls = append(ls, tlsL)
 	}
-	ul, err := net.Listen("unix", sock)
+	ul, err := listenAdmin(sock)
 	if err != nil {
 		return undo(fmt.Errorf("serve: admin socket: %w", err))
 	}
 	ls = append(ls, ul)
-	if err := os.Chmod(sock, 0o600); err != nil {
-		return undo(fmt.Errorf("serve: admin socket: %w", err))
-	}
 	var ml net.Listener
 	if m != nil {
 		if ml, err = net.Listen("tcp", o.metricsListen); err != nil {
 			return undo(fmt.Errorf("serve: --metrics-listen: %w", err))
+		}
+		ls = append(ls, ml)
+		if ip := ml.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() && sc.MetricsToken == "" {
+			return undo(fmt.Errorf("serve: --metrics-listen %s: %w: /metrics would be open to anyone who reaches this host; set metrics_token in %s (scrapers then send Authorization: Bearer TOKEN), or listen on 127.0.0.1", o.metricsListen, errOpenMetrics, c.configPath))
 		}
 	}
 
@@ -188,7 +198,12 @@ func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
 				}
 				return adoptInSlot(ctx, a, slots[dev], dev, nd)
 			}
-			return replaceDevice(ctx, c.configPath, cfg, a, dev, spec, force, adopt)
+			closeOld := func() {
+				name, _ := cfg.DeviceName(dev)
+				a.SetDeviceState(dev, mechanism.Failed)
+				_ = slots[dev].swap(device.Unavailable(name, errors.New("being replaced"))).Close()
+			}
+			return replaceDevice(ctx, c.configPath, cfg, a, dev, spec, force, adopt, closeOld)
 		})}
 	if m != nil {
 		opts = append(opts, server.WithCommandObserver(m.ObserveCommand), server.WithStoreObserver(m.ObserveStore))
@@ -196,7 +211,13 @@ func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
 	if cfg.Databases > 0 {
 		opts = append(opts, server.WithDatabases(cfg.Databases))
 	}
+	if sc.ACLFile != "" {
+		opts = append(opts, server.WithACLFile(cfg.Path(sc.ACLFile)))
+	}
 	srv := server.New(a, opts...)
+	if err := srv.LoadACLFile(); err != nil {
+		return undo(fmt.Errorf("serve: %w", err))
+	}
 	served := make(chan error, 3)
 	go func() { served <- srv.Serve(l) }()
 	if tlsL != nil {
@@ -212,7 +233,7 @@ func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
 	if m != nil {
 		m.Watch(a, srv)
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", m.Handler())
+		mux.Handle("/metrics", requireBearer(sc.MetricsToken, m.Handler()))
 		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := hs.Serve(ml); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -264,6 +285,14 @@ func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
 		if err := <-served; !errors.Is(err, server.ErrServerClosed) && serveErr == nil {
 			serveErr = fmt.Errorf("serve: %w", err)
 		}
+	case <-a.DeposedC():
+		// Another process owns the array now: every write of this one
+		// is refused, and its reads may be stale. Stop at once.
+		serveErr = fmt.Errorf("serve: %w", a.Deposed())
+		log.Error("deposed", "err", a.Deposed())
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
 	case err := <-served:
 		// A listener failed: stop serving the connections too.
 		serveErr = fmt.Errorf("serve: %w", err)
@@ -323,10 +352,13 @@ func (c *cli) openForServe(ctx context.Context, cfg *config.Config, m *metrics.M
 	}
 	var a *array.Array
 	var err error
+	opts := append(cfg.ServeOptions(), array.WithReopen(func(ctx context.Context, i int) (device.Device, error) {
+		return nil, reopenInSlot(cfg, m, slots[i], i)
+	}))
 	if mem {
-		a, err = array.Create(ctx, used, cfg.ServeOptions()...)
+		a, err = array.Create(ctx, used, opts...)
 	} else if err = someAnswers(ctx, cfg, devs); err == nil {
-		a, err = array.Open(ctx, used, cfg.ServeOptions()...)
+		a, err = array.Open(ctx, used, opts...)
 	}
 	if err != nil {
 		for _, d := range devs {
@@ -403,4 +435,25 @@ func connectHint(addr net.Addr) string {
 		return "redis-cli -p " + port + " (from this machine)"
 	}
 	return "redis-cli -h " + host + " -p " + port
+}
+
+// errOpenMetrics: /metrics beyond loopback with no token.
+var errOpenMetrics = errors.New("a non-loopback address needs metrics_token")
+
+// requireBearer serves h to requests that carry token as a bearer token
+// (all requests when token is empty), compared in constant time; others
+// get 401 with the header that says what to send.
+func requireBearer(token string, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="kvarray metrics"`)
+			http.Error(w, "401 unauthorized: send Authorization: Bearer <metrics_token>", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

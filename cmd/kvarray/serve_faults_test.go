@@ -163,10 +163,12 @@ func TestServeDeviceFaults(t *testing.T) {
 
 // TestServeDeviceFull: `kvarray serve` with one Pebble device on a small
 // tmpfs that fills up under a write load. Invariant: the full device turns
-// read-only-failed and no write hangs or fails (one device is within the
-// tolerance), every acknowledged value reads back byte-exact, and serve
-// stops cleanly in bounded time. It needs mount (root); it skips with the
-// reason elsewhere.
+// full (read-only, not failed) and no write hangs or fails (one device is
+// within the tolerance), every acknowledged value reads back byte-exact;
+// once the tmpfs is grown (space freed) the device comes back healthy
+// while serving, reopened and resynced with no restart (issue 40), every
+// value still intact; and serve stops cleanly in bounded time. It needs
+// mount (root); it skips with the reason elsewhere.
 func TestServeDeviceFull(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a small tmpfs needs root")
@@ -199,6 +201,18 @@ func TestServeDeviceFull(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
 	acked := map[string][]byte{}
 	full := false
+	status := func() array.Status {
+		t.Helper()
+		raw, err := rdb.Do(ctx, "kvarray.status").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st array.Status
+		if err := json.Unmarshal([]byte(raw), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
 	for i := 0; i < 2000 && !full; i++ {
 		k := fmt.Sprintf("key-%04d", i%400)
 		v := make([]byte, 100<<10)
@@ -210,17 +224,13 @@ func TestServeDeviceFull(t *testing.T) {
 		}
 		acked[k] = v
 		if i%20 == 19 {
-			raw, err := rdb.Do(ctx, "kvarray.status").Text()
-			if err != nil {
-				t.Fatal(err)
+			st := status()
+			if st.Devices[5].State == "failed" {
+				t.Fatalf("device 5 failed on a full disk, want full: %s", st.Devices[5].Reason)
 			}
-			var st array.Status
-			if err := json.Unmarshal([]byte(raw), &st); err != nil {
-				t.Fatal(err)
-			}
-			full = st.Devices[5].State == "failed"
+			full = st.Devices[5].State == "full"
 			if full && !strings.Contains(st.Devices[5].Reason, "device full") {
-				t.Errorf("device 5 failed, but not for a full disk: %s", st.Devices[5].Reason)
+				t.Errorf("device 5 full, but its reason says otherwise: %s", st.Devices[5].Reason)
 			}
 		}
 	}
@@ -228,7 +238,7 @@ func TestServeDeviceFull(t *testing.T) {
 		status, _ := rdb.Do(ctx, "kvarray.status").Text()
 		out, _ := exec.Command("df", dev5).CombinedOutput()
 		ls, _ := exec.Command("ls", "-la", dev5).CombinedOutput()
-		t.Fatalf("device 5 never failed on a 48 MiB tmpfs: %s\n%s\n%s", status, out, ls)
+		t.Fatalf("device 5 never turned full on a 48 MiB tmpfs: %s\n%s\n%s", status, out, ls)
 	}
 	for k, v := range acked {
 		got, err := rdb.Get(ctx, k).Bytes()
@@ -237,6 +247,38 @@ func TestServeDeviceFull(t *testing.T) {
 		}
 	}
 	out, _ := exec.Command("df", "-h", dev5).CombinedOutput()
-	t.Logf("%d keys acknowledged, device 5 failed for a full disk\n%s", len(acked), out)
+	t.Logf("%d keys acknowledged, device 5 full\n%s", len(acked), out)
+
+	// Space freed: the tmpfs grows. The automatic resync (every 10 s)
+	// finds it, reopens the device and resyncs it; writes go on.
+	if out, err := exec.Command("mount", "-o", "remount,size=256m", dev5).CombinedOutput(); err != nil {
+		t.Fatalf("grow the tmpfs: %v: %s", err, out)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for i := 0; ; i++ {
+		st := status()
+		if st.Devices[5].State == "healthy" && st.Devices[5].ResyncKeys == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("device 5 is %s (%d keys to resync) 3 minutes after space was freed: %s", st.Devices[5].State, st.Devices[5].ResyncKeys, st.Devices[5].Reason)
+		}
+		k := fmt.Sprintf("key-%04d", i%400)
+		v := make([]byte, 10<<10)
+		for j := range v {
+			v[j] = byte(rng.Uint32())
+		}
+		if err := rdb.Set(ctx, k, v, 0).Err(); err != nil {
+			t.Fatalf("SET %s while device 5 comes back: %v", k, err)
+		}
+		acked[k] = v
+		time.Sleep(20 * time.Millisecond)
+	}
+	for k, v := range acked {
+		got, err := rdb.Get(ctx, k).Bytes()
+		if err != nil || !bytes.Equal(got, v) {
+			t.Errorf("after device 5 came back: GET %s: %d bytes, %v; acknowledged %d bytes", k, len(got), err, len(v))
+		}
+	}
 	s.stop(t)
 }

@@ -106,6 +106,10 @@ func watchStates(ctx context.Context, a *array.Array, log *slog.Logger, every ti
 			switch {
 			case st == mechanism.Failed:
 				log.Warn("device failed", "device", i, "was", last[i].String())
+			case st == mechanism.Full:
+				log.Warn("device full: read-only until space is freed; writes miss it and are recorded", "device", i, "was", last[i].String())
+			case st == mechanism.Slow:
+				log.Warn("device slow: skipped until it answers as fast as its peers; writes miss it and are recorded", "device", i, "was", last[i].String())
 			case st == mechanism.Healthy && last[i] == mechanism.Failed:
 				log.Info("device back", "device", i)
 			case st == mechanism.Healthy:

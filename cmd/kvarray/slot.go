@@ -2,18 +2,45 @@ package main
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"sync/atomic"
 
 	"github.com/kvarray/kvarray/array"
+	"github.com/kvarray/kvarray/config"
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/mechanism"
+	"github.com/kvarray/kvarray/metrics"
 )
 
 // slot is a device position of an array kvarray serve holds: the array
 // keeps the slot for good, and an online replace swaps the device inside
 // it (array.ReplaceDevice with nil: "swapped underneath"), so that the
 // array's device table is never written while operations read it.
-type slot struct{ d atomic.Pointer[device.Device] }
+type slot struct {
+	d     atomic.Pointer[device.Device]
+	fence atomic.Pointer[fenceArgs] // the array's fence, for devices swapped in
+	// reopen serialises reopenInSlot's close and open of the device.
+	reopen sync.Mutex
+}
+
+// fenceArgs are the arguments of the array's device.Fencer call.
+type fenceArgs struct {
+	key   []byte
+	epoch uint64
+	owner string
+}
+
+// Fence implements device.Fencer for the device in the slot, and for
+// every device swapped in later: an online replace must not put an
+// unfenced device under the array (device.Fencer).
+func (s *slot) Fence(ctx context.Context, key []byte, epoch uint64, owner string) error {
+	s.fence.Store(&fenceArgs{key: key, epoch: epoch, owner: owner})
+	if f, ok := device.AsFencer(s.dev()); ok {
+		return f.Fence(ctx, key, epoch, owner)
+	}
+	return nil
+}
 
 func newSlot(d device.Device) *slot {
 	s := &slot{}
@@ -23,8 +50,20 @@ func newSlot(d device.Device) *slot {
 
 func (s *slot) dev() device.Device { return *s.d.Load() }
 
+// Unwrap exposes the device in the slot to device.AsSpaceProber: a full
+// Pebble device says when its space is back.
+func (s *slot) Unwrap() device.Device { return s.dev() }
+
 // swap puts d in the slot and returns the device it held.
-func (s *slot) swap(d device.Device) device.Device { return *s.d.Swap(&d) }
+func (s *slot) swap(d device.Device) device.Device {
+	if a := s.fence.Load(); a != nil {
+		if f, ok := device.AsFencer(d); ok {
+			// Refused (deposed) or failing: its writes fail the same way.
+			_ = f.Fence(context.Background(), a.key, a.epoch, a.owner)
+		}
+	}
+	return *s.d.Swap(&d)
+}
 
 func (s *slot) Store(ctx context.Context, key, value []byte) error {
 	return s.dev().Store(ctx, key, value)
@@ -87,6 +126,29 @@ func (s *slot) Sync(ctx context.Context) error {
 	if d, ok := s.dev().(device.Deferred); ok {
 		return d.Sync(ctx)
 	}
+	return nil
+}
+
+// reopenInSlot opens device i of cfg again in s, for a full device whose
+// space is back but whose engine stays read-only (a Pebble instance that
+// met ENOSPC, device.ErrReopen): the old device is closed first (Pebble's
+// lock), so calls meanwhile fail as on a device that is down, and the
+// array resyncs the device once it is back. When it does not open, the
+// slot holds a device that fails every call.
+func reopenInSlot(cfg *config.Config, m *metrics.Metrics, s *slot, i int) error {
+	s.reopen.Lock()
+	defer s.reopen.Unlock()
+	name, _ := cfg.DeviceName(i)
+	_ = s.swap(device.Unavailable(name, errors.New("being opened again: its space is back"))).Close()
+	nd, err := cfg.OpenDevice(i, false)
+	if err != nil {
+		s.swap(device.Unavailable(name, err))
+		return err
+	}
+	if m != nil {
+		nd = m.WrapDevice(i, name, nd)
+	}
+	s.swap(nd)
 	return nil
 }
 

@@ -39,14 +39,45 @@ func startServeProcess(t *testing.T, cfg string, flags ...string) (*exec.Cmd, st
 }
 
 // TestTxKill9: `kvarray serve` on Pebble devices is killed with SIGKILL
-// while clients run transactions. Invariant, after a restart: every
-// transaction is all there or not at all (each sets a0..a9 to its number
-// and increments n, so all ten keys and n are equal), and none that was
-// acknowledged is lost (their number is at most n).
+// while clients run transactions; see kill9Rounds for the invariant.
 func TestTxKill9(t *testing.T) {
+	kill9Rounds(t, 10, func(ctx context.Context, rdb *redis.Client, i int) error {
+		_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for j := range 10 {
+				p.Set(ctx, fmt.Sprintf("a%d", j), i, 0)
+			}
+			p.Incr(ctx, "n")
+			return nil
+		})
+		return err
+	})
+}
+
+// TestScriptKill9: as TestTxKill9, with a Lua script (EVALSHA) that
+// writes 50 keys and increments n: each script's writes are all there
+// after the restart, or none.
+func TestScriptKill9(t *testing.T) {
+	sc := redis.NewScript(`for j = 0, 49 do redis.call('set', 'a' .. j, ARGV[1]) end
+return redis.call('incr', 'n')`)
+	kill9Rounds(t, 50, func(ctx context.Context, rdb *redis.Client, i int) error {
+		return sc.Run(ctx, rdb, nil, i).Err()
+	})
+}
+
+// kill9Rounds kills `kvarray serve` on Pebble devices with SIGKILL, three
+// times, while one client runs write(i) for i = n+1, n+2, ..., each of
+// which sets a0..a{keys-1} to i and increments n as one unit.
+// Invariant, after each restart: every unit is all there or not at all
+// (all the keys equal n), and none that was acknowledged is lost (its
+// number is at most n).
+func kill9Rounds(t *testing.T, keys int, write func(ctx context.Context, rdb *redis.Client, i int) error) {
 	dir := fresh(t, 4)
 	cfg := filepath.Join(dir, "kvarray.yaml")
 	ctx := context.Background()
+	names := []string{"n"}
+	for j := range keys {
+		names = append(names, fmt.Sprintf("a%d", j))
+	}
 	for round := range 3 {
 		cmd, addr, _ := startServeProcess(t, cfg)
 		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
@@ -56,20 +87,13 @@ func TestTxKill9(t *testing.T) {
 			last := n0
 			defer func() { acked <- last }()
 			for i := n0 + 1; i < n0+100000; i++ {
-				_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-					for j := range 10 {
-						p.Set(ctx, fmt.Sprintf("a%d", j), i, 0)
-					}
-					p.Incr(ctx, "n")
-					return nil
-				})
-				if err != nil {
+				if write(ctx, rdb, i) != nil {
 					return
 				}
 				last = i
 			}
 		}()
-		// Kill at some moment while transactions stream (not a timing
+		// Kill at some moment while writes stream (not a timing
 		// assertion: any moment must do).
 		time.Sleep(time.Duration(200+150*round) * time.Millisecond)
 		cmd.Process.Kill()
@@ -79,7 +103,7 @@ func TestTxKill9(t *testing.T) {
 
 		check, addr, _ := startServeProcess(t, cfg)
 		rdb = redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-		vals, err := rdb.MGet(ctx, "n", "a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9").Result()
+		vals, err := rdb.MGet(ctx, names...).Result()
 		rdb.Close()
 		if err != nil {
 			t.Fatalf("round %d: MGET after the restart: %v", round, err)
@@ -87,13 +111,13 @@ func TestTxKill9(t *testing.T) {
 		n, _ := strconv.Atoi(fmt.Sprint(vals[0]))
 		for j, v := range vals[1:] {
 			if fmt.Sprint(v) != fmt.Sprint(vals[0]) {
-				t.Fatalf("round %d: after kill -9, n = %v but a%d = %v: a transaction was applied in part (%v)", round, vals[0], j, v, vals)
+				t.Fatalf("round %d: after kill -9, n = %v but a%d = %v: a unit was applied in part (%v)", round, vals[0], j, v, vals)
 			}
 		}
 		if n < last {
-			t.Fatalf("round %d: transaction %d was acknowledged but n = %d after the restart", round, last, n)
+			t.Fatalf("round %d: unit %d was acknowledged but n = %d after the restart", round, last, n)
 		}
-		t.Logf("round %d: killed after %d acknowledged transactions; %d after the restart", round, last-n0, n-n0)
+		t.Logf("round %d: killed after %d acknowledged units; %d after the restart", round, last-n0, n-n0)
 		// The next round opens the devices again.
 		check.Process.Signal(syscall.SIGTERM)
 		check.Wait()

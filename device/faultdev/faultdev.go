@@ -25,6 +25,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvarray/kvarray/device"
 )
@@ -32,6 +33,12 @@ import (
 // ErrInjected is the error injected when no other is given. It wraps
 // device.ErrDeviceFailed.
 var ErrInjected = fmt.Errorf("injected fault: %w", device.ErrDeviceFailed)
+
+// ErrInjectedFull is a full device's refusal, as Pebble's on ENOSPC and
+// Redis's OOM: it wraps device.ErrFull and device.ErrNoSpace (and not
+// device.ErrDeviceFailed, as Redis's does not). Inject it on writes
+// (OnWrites) to make a device read-only-full.
+var ErrInjectedFull = fmt.Errorf("injected: no space: %w: %w", device.ErrFull, device.ErrNoSpace)
 
 // Kinds of operations that are not batch ops, numbered far from the
 // device.OpKind values so they can never collide with a future batch op.
@@ -187,6 +194,23 @@ func (t *Toggle) MaybeError(op Op) error {
 		return ErrInjected
 	}
 	return t.Injector.MaybeError(op)
+}
+
+// Delay holds each operation for its duration before letting it through
+// (it injects no error): a slow device, or with a long duration one that
+// stopped answering. The zero Delay holds nothing; Set may be called
+// concurrently with MaybeError.
+type Delay struct{ d atomic.Int64 }
+
+// Set makes each operation from now on wait d (0: none).
+func (x *Delay) Set(d time.Duration) { x.d.Store(int64(d)) }
+
+// MaybeError implements Injector.
+func (x *Delay) MaybeError(Op) error {
+	if d := time.Duration(x.d.Load()); d > 0 {
+		time.Sleep(d)
+	}
+	return nil
 }
 
 // OnReads passes only reads (retrieve, exist, iterate) to inj; other ops

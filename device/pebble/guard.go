@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	pdb "github.com/cockroachdb/pebble/v2"
@@ -29,6 +30,48 @@ type health struct {
 	full     chan struct{} // closed once read-only or failed
 	failErr  error         // why failed, wrapping device.ErrDeviceFailed
 	writeErr error         // why writes are refused
+
+	// abandoned: the device was closed failed, its database left open
+	// (see abandon); every write-side file call of it parks from then on.
+	abandoned atomic.Bool
+	lock      io.Closer // the directory's lock, once taken
+}
+
+// abandon gives up a failed database that cannot be closed (its
+// goroutines parked inside Pebble's locks): from now on every write-side
+// file call it makes parks before it reaches the directory, and the
+// directory's lock is released, so that a new device can be opened at
+// the same path in this process (an online replace of a failed device)
+// while the old one's goroutines stay parked, touching nothing.
+func (h *health) abandon() {
+	h.abandoned.Store(true)
+	h.mu.Lock()
+	l := h.lock
+	h.lock = nil
+	h.mu.Unlock()
+	if l != nil {
+		_ = l.Close()
+	}
+}
+
+// parkIfAbandoned parks a write-side file call of an abandoned database.
+func (h *health) parkIfAbandoned() {
+	if h.abandoned.Load() {
+		<-h.park
+	}
+}
+
+// onceCloser closes its closer once, whoever asks first (Pebble's Close,
+// or abandon).
+type onceCloser struct {
+	once sync.Once
+	c    io.Closer
+	err  error
+}
+
+func (o *onceCloser) Close() error {
+	o.once.Do(func() { o.err = o.c.Close() })
+	return o.err
 }
 
 func newHealth() *health {
@@ -51,16 +94,17 @@ func (h *health) fail(reason error) {
 }
 
 // noSpace makes the device read-only: every later write is refused with
-// device.ErrNoSpace, also wrapping device.ErrDeviceFailed so that the
-// array counts it as a failed device (a write within its tolerance still
-// succeeds) rather than as a refused value.
+// device.ErrFull and device.ErrNoSpace, also wrapping
+// device.ErrDeviceFailed so that a caller that knows nothing of ErrFull
+// counts it as a failed device (a write within its tolerance still
+// succeeds) rather than as a refused value; the array marks it full.
 func (h *health) noSpace(reason error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.writeErr != nil {
 		return
 	}
-	h.writeErr = fmt.Errorf("read-only: %w: %w: %w", reason, device.ErrNoSpace, device.ErrDeviceFailed)
+	h.writeErr = fmt.Errorf("read-only: %w: %w: %w: %w", reason, device.ErrFull, device.ErrNoSpace, device.ErrDeviceFailed)
 	close(h.full)
 }
 
@@ -151,6 +195,34 @@ type guardFS struct {
 
 func (g guardFS) Unwrap() vfs.FS { return g.FS }
 
+// Lock keeps the directory's lock, for abandon.
+func (g guardFS) Lock(name string) (io.Closer, error) {
+	c, err := g.FS.Lock(name)
+	if err != nil {
+		return nil, err
+	}
+	oc := &onceCloser{c: c}
+	g.h.mu.Lock()
+	g.h.lock = oc
+	g.h.mu.Unlock()
+	return oc, nil
+}
+
+func (g guardFS) Remove(name string) error {
+	g.h.parkIfAbandoned()
+	return g.FS.Remove(name)
+}
+
+func (g guardFS) RemoveAll(name string) error {
+	g.h.parkIfAbandoned()
+	return g.FS.RemoveAll(name)
+}
+
+func (g guardFS) MkdirAll(dir string, perm os.FileMode) error {
+	g.h.parkIfAbandoned()
+	return g.FS.MkdirAll(dir, perm)
+}
+
 func (g guardFS) check(op, name string, err error) {
 	if err != nil {
 		g.h.trouble(op, name, err)
@@ -158,17 +230,20 @@ func (g guardFS) check(op, name string, err error) {
 }
 
 func (g guardFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	g.h.parkIfAbandoned()
 	f, err := g.FS.Create(name, c)
 	g.check("create", name, err)
 	return guardFile{File: f, name: name, h: g.h}, nil
 }
 
 func (g guardFS) Link(oldname, newname string) error {
+	g.h.parkIfAbandoned()
 	g.check("link", newname, g.FS.Link(oldname, newname))
 	return nil
 }
 
 func (g guardFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	g.h.parkIfAbandoned()
 	f, err := g.FS.OpenReadWrite(name, c, opts...)
 	if err != nil {
 		return nil, err
@@ -185,11 +260,13 @@ func (g guardFS) OpenDir(name string) (vfs.File, error) {
 }
 
 func (g guardFS) Rename(oldname, newname string) error {
+	g.h.parkIfAbandoned()
 	g.check("rename", newname, g.FS.Rename(oldname, newname))
 	return nil
 }
 
 func (g guardFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	g.h.parkIfAbandoned()
 	f, err := g.FS.ReuseForWrite(oldname, newname, c)
 	g.check("reuse", newname, err)
 	return guardFile{File: f, name: newname, h: g.h}, nil
@@ -209,18 +286,21 @@ func (f guardFile) check(op string, err error) {
 }
 
 func (f guardFile) Write(p []byte) (int, error) {
+	f.h.parkIfAbandoned()
 	n, err := f.File.Write(p)
 	f.check("write", err)
 	return n, nil
 }
 
 func (f guardFile) WriteAt(p []byte, off int64) (int, error) {
+	f.h.parkIfAbandoned()
 	n, err := f.File.WriteAt(p, off)
 	f.check("write", err)
 	return n, nil
 }
 
 func (f guardFile) Preallocate(off, n int64) error {
+	f.h.parkIfAbandoned()
 	err := f.File.Preallocate(off, n)
 	// A file system that cannot preallocate still writes.
 	if errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS) {
@@ -231,16 +311,19 @@ func (f guardFile) Preallocate(off, n int64) error {
 }
 
 func (f guardFile) Sync() error {
+	f.h.parkIfAbandoned()
 	f.check("sync", f.File.Sync())
 	return nil
 }
 
 func (f guardFile) SyncData() error {
+	f.h.parkIfAbandoned()
 	f.check("sync", f.File.SyncData())
 	return nil
 }
 
 func (f guardFile) SyncTo(n int64) (bool, error) {
+	f.h.parkIfAbandoned()
 	full, err := f.File.SyncTo(n)
 	f.check("sync", err)
 	return full, nil

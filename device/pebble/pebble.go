@@ -27,16 +27,19 @@
 //     WithTimeout) returns device.ErrDeviceFailed with the reason; every
 //     later call returns it without entering Pebble; Close finishes in
 //     bounded time (a failed database is left open, its goroutines
-//     parked, until the process exits). A probe notices within a second a
+//     parked, until the process exits; Close abandons it: its write-side
+//     file calls park from then on, and the directory's lock is released,
+//     so that a new device opens at the same path in this process). A probe notices within a second a
 //     directory removed, or one that no longer takes new files, before
 //     Pebble needs one (it creates and removes a file "kvarray-probe" in
 //     the directory every second).
 //   - A full file system (ENOSPC, EDQUOT) makes the device read-only: that
-//     write and every later one return device.ErrNoSpace, wrapping also
-//     device.ErrDeviceFailed so that the array counts a failed device, not
-//     a refused value; reads are still served. Any other write error, a
-//     Fatalf, or a call over the time limit makes it failed. Both last until
-//     the device is opened again.
+//     write and every later one return device.ErrFull (and ErrNoSpace),
+//     wrapping also device.ErrDeviceFailed so that a caller counts a
+//     failed device, not a refused value; reads are still served. Any
+//     other write error, a Fatalf, or a call over the time limit makes it
+//     failed. Both last until the device is opened again: ProbeSpace
+//     (device.SpaceProber) says when the file system has room for that.
 //   - Corruption Pebble finds in a read (a block failing its checksum)
 //     returns an error wrapping device.ErrCorrupt for the keys that read
 //     touches; the device keeps serving the rest. Iterate over a corrupt
@@ -244,9 +247,10 @@ func Open(dir string, opts ...Option) (*Device, error) {
 		Logger:           logger{d.h},
 		EventListener:    d.events(),
 		ErrorIfNotExists: !o.create,
-		FS:               guardFS{FS: o.fs, h: d.h},
+		FS:               o.fs,
 		CacheSize:        cmp.Or(o.cache, DefaultCacheSize),
 	})
+	popts.FS = guardFS{FS: popts.FS, h: d.h}
 	if o.tagger != nil {
 		popts.Experimental.ShortAttributeExtractor = func(_ []byte, _ int, value []byte) (pdb.ShortAttribute, error) {
 			return pdb.ShortAttribute(d.tagger.Of(value)), nil
@@ -1100,6 +1104,7 @@ func (d *Device) Close() error {
 		d.h.fail(errors.New("calls still inside pebble at close"))
 	}
 	if d.h.writeable() != nil {
+		d.h.abandon()
 		return nil // already reported by every call; see the package doc
 	}
 	done := make(chan error, 1)
@@ -1118,9 +1123,11 @@ func (d *Device) Close() error {
 		}
 		return nil
 	case <-d.h.dead:
+		d.h.abandon()
 		return nil
 	case <-t.C:
 		d.h.fail(fmt.Errorf("close ran over the %v time limit", d.timeout))
+		d.h.abandon()
 		return d.errorf("close: %w", d.h.err())
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	pdb "github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // untuned leaves Pebble's defaults, unseparated keeps values inline and
@@ -41,10 +42,20 @@ var untuned, unseparated, unfiltered bool
 // blob files is reclaimed by Pebble's blob rewrites (TargetGarbageRatio).
 const blobReferenceDepth = 40
 
+// EngineOptions returns the Pebble options of a device's engine (tuned
+// below) over fs, without the device's logger, event listener and fault
+// guard: for programs that measure the engine alone (bench/ceiling), so
+// that they measure what a device runs.
+func EngineOptions(fs vfs.FS) *pdb.Options {
+	return tuned(&pdb.Options{FS: fs, CacheSize: DefaultCacheSize})
+}
+
 func tuned(o *pdb.Options) *pdb.Options {
 	if untuned {
 		return o
 	}
+	// One write(2) per MiB of a table or blob file, not per block.
+	o.FS = bufferedFS{o.FS}
 	// Larger memtables: fewer, larger flushes, so fewer L0 tables to
 	// compact again.
 	o.MemTableSize = 16 << 20
@@ -52,6 +63,11 @@ func tuned(o *pdb.Options) *pdb.Options {
 	o.L0CompactionThreshold = 4
 	o.L0StopWritesThreshold = 24
 	o.LBaseMaxBytes = 256 << 20
+	// L0 tables (and so flush splits) of 8 MiB rather than 2: fewer files
+	// created and deleted. bench/ceiling, 3 devices: files created per
+	// 100k SETs 17.5 -> 10.8 (100 B), 1,345 -> 723 (4 KiB), disk bytes
+	// unchanged (6.63 and 3.31-3.34 per user byte).
+	o.TargetFileSizes[0] = 8 << 20
 	if !unfiltered {
 		// Bloom filters (10 bits per key, 1% false positives) on every
 		// level: a read of a key not stored (the hybrid read before

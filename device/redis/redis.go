@@ -15,7 +15,9 @@
 //     BUSY, MASTERDOWN, READONLY, NOAUTH, an unknown command...) surface as
 //     errors wrapping device.ErrDeviceFailed, so the array marks the device
 //     failed and serves from the others. Two replies are told apart: OOM
-//     (the server's maxmemory is reached) is device.ErrNoSpace, and
+//     (the server's maxmemory is reached) is device.ErrFull (and
+//     ErrNoSpace): the array keeps reading it and stops writing it until
+//     a trial write succeeds again; and
 //     WRONGTYPE (the key holds something other than a string, so not a
 //     value this device wrote) is device.ErrCorrupt. A call whose own
 //     context is done returns the context's error, as on every backend.
@@ -35,6 +37,11 @@
 //     (adopt or resync it, then repair). After an outage go-redis may keep
 //     failing new connections for up to a second after the server is back
 //     (its dial circuit breaker probes once a second).
+//   - Once fenced (Fence, device.Fencer: the array's owner epoch), every
+//     SET and DEL is a Lua script (EVAL) that checks the fence key in the
+//     same round trip and refuses the write (device.ErrFenced, not a
+//     device failure) once another owner's token of the same or a newer
+//     epoch holds it; an older or absent fence it replaces first.
 //   - Durability is the server's: an acknowledged write is in the server's
 //     memory, and on its disk only as its appendonly/save settings say.
 //   - Open refuses a server whose maxmemory is set with an eviction policy
@@ -43,7 +50,7 @@
 //   - Limits are enforced client-side, before anything is sent, exactly as
 //     on the other backends. The capacity (WithCapacity) is reported in
 //     Info and not enforced by the client: the server's maxmemory with
-//     noeviction enforces a limit, and its OOM errors are ErrNoSpace.
+//     noeviction enforces a limit, and its OOM errors are ErrFull.
 //   - Info.Keys and Info.Used (the sum of len(key)+len(value)) are exact
 //     when no writes run concurrently: both come from one SCAN of the
 //     database with the value lengths (STRLEN) pipelined per page, so Info
@@ -131,7 +138,11 @@ type Device struct {
 
 	closed atomic.Bool
 	runID  atomic.Pointer[string] // the server's run_id when last connected
+	fence  atomic.Pointer[fence]  // set by Fence: every write checks it
 }
+
+// fence is the key and token every write of a fenced device checks.
+type fence struct{ key, token string }
 
 var _ device.Device = (*Device)(nil)
 
@@ -367,9 +378,15 @@ func (d *Device) classify(ctx context.Context, err error) error {
 	if errors.As(err, &rerr) && !errors.Is(err, goredis.ErrClosed) {
 		switch msg := rerr.Error(); {
 		case strings.HasPrefix(msg, "OOM "):
-			return fmt.Errorf("server: %w: %w", err, device.ErrNoSpace)
+			return fmt.Errorf("server: %w: %w: %w", err, device.ErrFull, device.ErrNoSpace)
 		case strings.HasPrefix(msg, "WRONGTYPE "):
 			return fmt.Errorf("server: %w: %w", err, device.ErrCorrupt)
+		case strings.HasPrefix(msg, fencedPrefix):
+			tok := strings.TrimPrefix(msg, fencedPrefix)
+			if e, owner, ok := device.ParseFenceToken([]byte(tok)); ok {
+				return fmt.Errorf("%w: taken over by %s at epoch %d", device.ErrFenced, owner, e)
+			}
+			return fmt.Errorf("%w: the fence holds %q", device.ErrFenced, tok)
 		}
 		return fmt.Errorf("server: %w: %w", err, device.ErrDeviceFailed)
 	}
@@ -401,9 +418,68 @@ func (d *Device) Store(ctx context.Context, key, value []byte) error {
 	}
 	octx, cancel := d.opContext(ctx)
 	defer cancel()
-	if err := d.client.Set(octx, string(key), value, 0).Err(); err != nil {
+	if err := d.set(octx, d.client, string(key), value).Err(); err != nil {
 		return d.errorf("store %q: %w", key, d.classify(ctx, err))
 	}
+	return nil
+}
+
+// fencedScript runs a write behind the fence, in one step on the server:
+// a fence of another token and an epoch as new or newer refuses it
+// (KVFENCED, naming the fence); an older or absent one is replaced by
+// this device's token first. ARGV[2] is the write: s(et) ARGV[3], d(elete),
+// or none (Fence). The epoch is the token's first 20 digits.
+const fencedScript = `local cur = redis.call('GET', KEYS[1])
+if cur ~= ARGV[1] then
+  if cur and tonumber(string.sub(cur, 1, 20)) >= tonumber(string.sub(ARGV[1], 1, 20)) then
+    return redis.error_reply('KVFENCED ' .. cur)
+  end
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+if ARGV[2] == 's' then return redis.call('SET', KEYS[2], ARGV[3]) end
+if ARGV[2] == 'd' then return redis.call('DEL', KEYS[2]) end
+return 'OK'`
+
+// fencedPrefix starts the error reply of a write the fence refused.
+const fencedPrefix = "KVFENCED "
+
+// cmdable is what set and del send through: the client or a pipeline.
+type cmdable interface {
+	Set(ctx context.Context, key string, value any, expiration time.Duration) *goredis.StatusCmd
+	Del(ctx context.Context, keys ...string) *goredis.IntCmd
+	Eval(ctx context.Context, script string, keys []string, args ...any) *goredis.Cmd
+}
+
+// set is SET, behind the fence once there is one.
+func (d *Device) set(ctx context.Context, c cmdable, key string, value []byte) goredis.Cmder {
+	if f := d.fence.Load(); f != nil {
+		return c.Eval(ctx, fencedScript, []string{f.key, key}, f.token, "s", value)
+	}
+	return c.Set(ctx, key, value, 0)
+}
+
+// del is DEL, behind the fence once there is one.
+func (d *Device) del(ctx context.Context, c cmdable, key string) goredis.Cmder {
+	if f := d.fence.Load(); f != nil {
+		return c.Eval(ctx, fencedScript, []string{f.key, key}, f.token, "d")
+	}
+	return c.Del(ctx, key)
+}
+
+// Fence implements device.Fencer: it takes the fence (one round trip),
+// and every write after it is sent behind it (see fencedScript), in the
+// same round trip as the write.
+func (d *Device) Fence(ctx context.Context, key []byte, epoch uint64, owner string) error {
+	if err := d.enter(ctx); err != nil {
+		return d.errorf("fence: %w", err)
+	}
+	f := &fence{key: string(key), token: device.FenceToken(epoch, owner)}
+	octx, cancel := d.opContext(ctx)
+	defer cancel()
+	if err := d.client.Eval(octx, fencedScript, []string{f.key}, f.token, "").Err(); err != nil {
+		return d.errorf("fence epoch %d: %w", epoch, d.classify(ctx, err))
+	}
+	d.fence.Store(f)
 	return nil
 }
 
@@ -442,7 +518,7 @@ func (d *Device) Delete(ctx context.Context, key []byte) error {
 	}
 	octx, cancel := d.opContext(ctx)
 	defer cancel()
-	if err := d.client.Del(octx, string(key)).Err(); err != nil {
+	if err := d.del(octx, d.client, string(key)).Err(); err != nil {
 		return d.errorf("delete %q: %w", key, d.classify(ctx, err))
 	}
 	return nil
@@ -584,7 +660,7 @@ func (d *Device) Batch(ctx context.Context, ops []device.Op) error {
 		switch op.Kind {
 		case device.OpStore:
 			if err = d.checkStore(op.Key, op.Value); err == nil {
-				cmds[i] = pipe.Set(ctx, string(op.Key), op.Value, 0)
+				cmds[i] = d.set(ctx, pipe, string(op.Key), op.Value)
 			}
 		case device.OpRetrieve:
 			if err = d.limits.CheckKey(op.Key); err == nil {
@@ -592,7 +668,7 @@ func (d *Device) Batch(ctx context.Context, ops []device.Op) error {
 			}
 		case device.OpDelete:
 			if err = d.limits.CheckKey(op.Key); err == nil {
-				cmds[i] = pipe.Del(ctx, string(op.Key))
+				cmds[i] = d.del(ctx, pipe, string(op.Key))
 			}
 		case device.OpExist:
 			if err = d.limits.CheckKey(op.Key); err == nil {

@@ -11,8 +11,10 @@ import (
 
 // Table holds the per-key queues.
 type Table struct {
-	mu     sync.Mutex
-	m      map[string]*queue
+	mu sync.Mutex
+	// tails holds, for each key with a turn not yet ended, the last turn
+	// taken: a key's queue is its turns linked through their channels.
+	tails  map[string]*Ticket
 	holder Holder
 }
 
@@ -31,16 +33,15 @@ type Option func(*Table)
 // WithHolder reports every turn held on the table to h.
 func WithHolder(h Holder) Option { return func(t *Table) { t.holder = h } }
 
-type queue struct {
-	tail chan struct{} // closed when the last ticket taken is released
-	refs int
-}
-
-// Ticket is one turn on a key.
+// Ticket is one turn on a key. A turn nobody waits behind costs one
+// allocation besides its key: the channel the next turn waits on is made
+// only when a next turn is taken.
 type Ticket struct {
-	t      *Table
-	key    string
-	prev   chan struct{} // closed when the previous turn ends; nil if none
+	t    *Table
+	key  string        // the key as held in tails
+	prev chan struct{} // closed when the previous turn ends; nil if none
+	// done is closed when this turn ends; made by the next turn's
+	// Enqueue (under the table's lock), nil while there is none.
 	done   chan struct{}
 	waited bool
 	held   uint64 // Holder.Begin's result, while waited
@@ -48,7 +49,7 @@ type Ticket struct {
 
 // New returns an empty table.
 func New(opts ...Option) *Table {
-	t := &Table{m: make(map[string]*queue)}
+	t := &Table{tails: make(map[string]*Ticket)}
 	for _, o := range opts {
 		o(t)
 	}
@@ -59,14 +60,16 @@ func New(opts ...Option) *Table {
 func (t *Table) Enqueue(key []byte) *Ticket {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	q := t.m[string(key)]
-	if q == nil {
-		q = &queue{}
-		t.m[string(key)] = q
+	tk := &Ticket{t: t}
+	if last := t.tails[string(key)]; last != nil {
+		if last.done == nil {
+			last.done = make(chan struct{})
+		}
+		tk.key, tk.prev = last.key, last.done
+	} else {
+		tk.key = string(key)
 	}
-	tk := &Ticket{t: t, key: string(key), prev: q.tail, done: make(chan struct{})}
-	q.tail = tk.done
-	q.refs++
+	t.tails[tk.key] = tk
 	return tk
 }
 
@@ -104,19 +107,29 @@ func (tk *Ticket) Release() {
 		h.End(tk.held)
 	}
 	if tk.waited || tk.prev == nil {
-		close(tk.done)
-	} else {
+		tk.t.end(tk)
+		return
+	}
+	select {
+	case <-tk.prev:
+		tk.t.end(tk)
+	default:
 		go func() {
 			<-tk.prev
-			close(tk.done)
+			tk.t.end(tk)
 		}()
 	}
-	t := tk.t
+}
+
+// end ends turn tk: the turn behind it, if any, goes on.
+func (t *Table) end(tk *Ticket) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	q := t.m[tk.key]
-	if q.refs--; q.refs == 0 {
-		delete(t.m, tk.key)
+	if tk.done != nil {
+		close(tk.done)
+	}
+	if t.tails[tk.key] == tk {
+		delete(t.tails, tk.key)
 	}
 }
 
@@ -124,5 +137,5 @@ func (tk *Ticket) Release() {
 func (t *Table) Len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.m)
+	return len(t.tails)
 }

@@ -291,15 +291,13 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	// Every key read once more by a client of its own.
 	readAll(t, s.client(), rec, clients, keys)
 
-	byKind, unknown := rec.Counts()
-	t.Logf("history: %d SET, %d GET, %d DEL (%d with unknown outcome, %d failed in all), %d fault events; states %v",
-		byKind[lincheck.Set], byKind[lincheck.Get], byKind[lincheck.Del], unknown, failed.Load(), events, s.states())
+	t.Logf("history: %s, %d failed in all, %d fault events; states %v", rec.Summary(), failed.Load(), events, s.states())
 	for _, e := range rec.Errors() {
 		t.Log("  " + e)
 	}
 	// One device impaired at a time: every write is within tolerance.
 	if n := failedSets(rec); n > 0 {
-		t.Errorf("%d SETs failed with at most one device impaired", n)
+		t.Errorf("%d writes failed with at most one device impaired", n)
 	}
 	if events < 3 {
 		t.Fatalf("%d fault events, want at least 3", events)
@@ -307,11 +305,12 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	check(t, rec, seed)
 }
 
-// failedSets counts the SETs that returned an error.
+// failedSets counts the writes (SET, HSET, SADD, the deletes) that
+// returned an error.
 func failedSets(rec *lincheck.Recorder) int {
 	n := 0
 	for _, op := range rec.Operations() {
-		if out := op.Output.(lincheck.Output); op.Input.(lincheck.Input).Kind == lincheck.Set && out.Unknown && !out.Cancelled {
+		if out := op.Output.(lincheck.Output); op.Input.(lincheck.Input).Kind.Writes() && out.Unknown && !out.Cancelled {
 			n++
 		}
 	}
@@ -349,22 +348,12 @@ func check(t *testing.T, rec *lincheck.Recorder, seed uint64) {
 	}
 }
 
-// readAll has client id read every key once (part of the history).
+// readAll has client id read every key, hash field and set member once
+// (part of the history).
 func readAll(t *testing.T, c *goredis.Client, rec *lincheck.Recorder, id int, keys []string) {
 	t.Helper()
-	for _, k := range keys {
-		call := rec.Now()
-		b, err := c.Get(context.Background(), k).Bytes()
-		out := lincheck.Output{}
-		switch {
-		case errors.Is(err, goredis.Nil):
-			err = nil
-		case err == nil:
-			out.Found, out.Value = true, lincheck.ID(b)
-		default:
-			t.Errorf("final read of %s: %v", k, err)
-		}
-		rec.Add(id, lincheck.Input{Kind: lincheck.Get, Key: k}, call, out, rec.Now(), err)
+	if err := lincheck.ReadAll(context.Background(), c, rec, id, keys); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -1,8 +1,18 @@
 // Package lincheck records what concurrent clients of a Redis-protocol
-// key-value service saw (SET, GET, DEL with their invocation and return
+// key-value service saw (SET, GET, DEL; HSET, HGET, HDEL of one field;
+// SADD, SREM, SISMEMBER of one member; ZADD, ZSCORE, ZREM of one member;
+// RPUSH, LPOP and LRANGE of a list; a Lua script's read-modify-write of a
+// key (EVAL: GET then SET, returning the old value); with their
+// invocation and return
 // times) and checks the history for linearizability with
-// github.com/anishathalye/porcupine, against a model in which every key is
-// a register that holds a value or nothing. Tests use it to show that
+// github.com/anishathalye/porcupine, against a model in which every key,
+// every field of a hash, every member of a set and every member of a
+// sorted set is a register that holds a value (a set member: "member"; a
+// sorted set member: its score) or nothing, and every list is a queue
+// of the values pushed (RPUSH's reply is the queue's new length, LPOP
+// takes its head, LRANGE 0 -1 reads it whole). Hashes, sets, sorted sets
+// and lists live under keys of their own (HashKey, SetKey, ZSetKey,
+// ListKey), so no command meets a value of another type. Tests use it to show that
 // kvarray serves as one correct key-value store while its devices fail,
 // hang and come back.
 //
@@ -41,27 +51,90 @@ const (
 	Set Kind = iota + 1
 	Get
 	Del
+	HSet      // HSET key field value: Deleted is the count added
+	HGet      // HGET key field
+	HDel      // HDEL key field
+	SAdd      // SADD key member: Deleted is the count added
+	SIsMember // SISMEMBER key member: Found
+	SRem      // SREM key member
+	ZAdd      // ZADD key score member: Value is the score, Deleted the count added
+	ZScore    // ZSCORE key member: Found, Value the score
+	ZRem      // ZREM key member
+	RPush     // RPUSH key value: Deleted is the list's new length
+	LPop      // LPOP key: Found, Value the id popped
+	LRange    // LRANGE key 0 -1: Value the ids, comma-separated
+	Swap      // EVAL of swapScript: SET key Value, returning the old value as a Get does
 )
 
+// swapScript is Swap's script: a read and a write that only run as one
+// unit if scripts are atomic (another client's SET between them would
+// be lost, and the history then has no linearization).
+const swapScript = "local old = redis.call('get', KEYS[1]); redis.call('set', KEYS[1], ARGV[1]); return old"
+
+// kinds are the kinds, in order, for reports.
+var kinds = []Kind{Set, Get, Del, HSet, HGet, HDel, SAdd, SIsMember, SRem, ZAdd, ZScore, ZRem, RPush, LPop, LRange, Swap}
+
+var kindNames = map[Kind]string{Set: "SET", Get: "GET", Del: "DEL", HSet: "HSET", HGet: "HGET", HDel: "HDEL",
+	SAdd: "SADD", SIsMember: "SISMEMBER", SRem: "SREM", ZAdd: "ZADD", ZScore: "ZSCORE", ZRem: "ZREM",
+	RPush: "RPUSH", LPop: "LPOP", LRange: "LRANGE", Swap: "EVAL(GET+SET)"}
+
 func (k Kind) String() string {
-	switch k {
-	case Set:
-		return "SET"
-	case Get:
-		return "GET"
-	case Del:
-		return "DEL"
+	if n, ok := kindNames[k]; ok {
+		return n
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-// Input is an operation as invoked: for Set, Value is the id of the value
-// written.
+// reads reports whether k changes nothing.
+func (k Kind) reads() bool {
+	return k == Get || k == HGet || k == SIsMember || k == ZScore || k == LRange
+}
+
+// Input is an operation as invoked: for Set and HSet, Value is the id of
+// the value written; for the hash and set kinds, Field is the field or
+// member.
 type Input struct {
 	Kind  Kind
 	Key   string
+	Field string
 	Value string
 }
+
+// register is what the model partitions by: a key, or a hash's field or
+// a set's member.
+func (in Input) register() string {
+	if in.Field == "" {
+		return in.Key
+	}
+	return in.Key + " " + in.Field
+}
+
+// HashKey, SetKey, ZSetKey and ListKey name the hash, the set, the
+// sorted set and the list that clients keep beside string key k.
+func HashKey(k string) string { return "h:" + k }
+
+// SetKey: see HashKey.
+func SetKey(k string) string { return "s:" + k }
+
+// ZSetKey: see HashKey.
+func ZSetKey(k string) string { return "z:" + k }
+
+// ListKey: see HashKey.
+func ListKey(k string) string { return "l:" + k }
+
+// zmember is the sorted set member Client uses for field: half of them
+// longer than zset-max-listpack-value (64), so that a sorted set that
+// ever holds one is a skiplist (element keys) and the others stay
+// listpacks.
+func zmember(field string) string {
+	if field >= "f2" {
+		return field + strings.Repeat("z", 70)
+	}
+	return field
+}
+
+// present is the state of a set member that is there.
+const present = "member"
 
 // Output is what an operation returned. Unknown: the operation failed and
 // its effect is unknown. For Get: Found and Value (an id, or "corrupt: ..."
@@ -82,7 +155,7 @@ var Model = porcupine.Model{
 	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
 		byKey := map[string][]porcupine.Operation{}
 		for _, op := range history {
-			k := op.Input.(Input).Key
+			k := op.Input.(Input).register()
 			byKey[k] = append(byKey[k], op)
 		}
 		keys := make([]string, 0, len(byKey))
@@ -102,12 +175,50 @@ var Model = porcupine.Model{
 		switch in.Kind {
 		case Set:
 			return true, in.Value
-		case Get:
+		case Swap:
+			if out.Unknown {
+				return true, in.Value
+			}
+			if out.Found {
+				return out.Value == s, in.Value
+			}
+			return s == "", in.Value
+		case HSet, SAdd, ZAdd:
+			next := in.Value
+			if in.Kind == SAdd {
+				next = present
+			}
+			if out.Unknown {
+				return true, next
+			}
+			return (out.Deleted == 1) == (s == ""), next
+		case Get, HGet, SIsMember, ZScore:
 			if out.Found {
 				return out.Value == s, s
 			}
 			return s == "", s
-		case Del:
+		case RPush:
+			next := in.Value
+			if s != "" {
+				next = s + "," + in.Value
+			}
+			if out.Unknown {
+				return true, next
+			}
+			return out.Deleted == int64(strings.Count(next, ",")+1), next
+		case LPop:
+			head, rest, _ := strings.Cut(s, ",")
+			if out.Unknown {
+				// It popped the head, or found the list empty.
+				return true, rest
+			}
+			if out.Found {
+				return s != "" && out.Value == head, rest
+			}
+			return s == "", s
+		case LRange:
+			return out.Value == s, s
+		case Del, HDel, SRem, ZRem:
 			if out.Unknown {
 				return true, ""
 			}
@@ -117,17 +228,28 @@ var Model = porcupine.Model{
 	},
 	DescribeOperation: func(input, output any) string {
 		in, out := input.(Input), output.(Output)
+		reg := in.register()
 		switch {
 		case out.Unknown:
-			return fmt.Sprintf("%v %s %s -> unknown", in.Kind, in.Key, in.Value)
+			return fmt.Sprintf("%v %s %s -> unknown", in.Kind, reg, in.Value)
 		case in.Kind == Set:
-			return fmt.Sprintf("SET %s %s", in.Key, in.Value)
-		case in.Kind == Get && !out.Found:
-			return fmt.Sprintf("GET %s -> nil", in.Key)
-		case in.Kind == Get:
-			return fmt.Sprintf("GET %s -> %s", in.Key, out.Value)
+			return fmt.Sprintf("SET %s %s", reg, in.Value)
+		case in.Kind == HSet, in.Kind == ZAdd:
+			return fmt.Sprintf("%v %s %s -> %d", in.Kind, reg, in.Value, out.Deleted)
+		case in.Kind == RPush:
+			return fmt.Sprintf("RPUSH %s %s -> %d", reg, in.Value, out.Deleted)
+		case in.Kind == LRange:
+			return fmt.Sprintf("LRANGE %s -> [%s]", reg, out.Value)
+		case in.Kind == Swap && !out.Found:
+			return fmt.Sprintf("%v %s %s -> nil", in.Kind, reg, in.Value)
+		case in.Kind == Swap:
+			return fmt.Sprintf("%v %s %s -> %s", in.Kind, reg, in.Value, out.Value)
+		case in.Kind.reads() && !out.Found:
+			return fmt.Sprintf("%v %s -> nil", in.Kind, reg)
+		case in.Kind.reads():
+			return fmt.Sprintf("%v %s -> %s", in.Kind, reg, out.Value)
 		}
-		return fmt.Sprintf("DEL %s -> %d", in.Key, out.Deleted)
+		return fmt.Sprintf("%v %s -> %d", in.Kind, reg, out.Deleted)
 	},
 	DescribeState: func(state any) string {
 		if state.(string) == "" {
@@ -194,7 +316,7 @@ func (r *Recorder) Add(client int, in Input, call int64, out Output, ret int64, 
 		if len(r.errs[in.Kind]) < 3 {
 			r.errs[in.Kind] = append(r.errs[in.Kind], fmt.Sprintf("client %d at %v: %v %s: %v", client, time.Duration(call), in.Kind, in.Key, err))
 		}
-		if in.Kind == Get {
+		if in.Kind.reads() {
 			return
 		}
 		out, ret = Output{Unknown: true, Cancelled: errors.Is(err, context.Canceled)}, math.MaxInt64
@@ -214,7 +336,7 @@ func (r *Recorder) Errors() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []string
-	for _, k := range []Kind{Set, Get, Del} {
+	for _, k := range kinds {
 		out = append(out, r.errs[k]...)
 	}
 	return out
@@ -258,7 +380,7 @@ func (r *Recorder) Explain(info porcupine.LinearizationInfo) string {
 		n := sort.Search(len(part), func(n int) bool { return !porcupine.CheckOperations(Model, part[:n+1]) }) + 1
 		var sb strings.Builder
 		fmt.Fprintf(&sb, "key %s is not linearizable; of its %d operations, the first %d are not (the last of them, marked, cannot be placed):\n",
-			part[0].Input.(Input).Key, len(part), n)
+			part[0].Input.(Input).register(), len(part), n)
 		from := max(0, n-explainWindow)
 		if from > 0 {
 			fmt.Fprintf(&sb, "  ... %d before\n", from)
@@ -294,35 +416,78 @@ func randomSize(rng *rand.Rand) int {
 }
 
 // Client runs operations on random keys through rdb until ctx is done or
-// ops operations have run, recording each in rec as client id. Operations
-// are 50% SET, 35% GET and 15% DEL. It returns the operations that failed
-// (which the history records as the rules say).
-func Client(ctx context.Context, rdb *redis.Client, rec *Recorder, id int, keys []string, ops int, seed uint64) (failed int) {
-	rng := rand.New(rand.NewPCG(seed, uint64(id)))
+// ops operations have run, recording each in rec as client cid. Operations
+// are 26% SET, 20% GET, 8% DEL and 4% Swap (a script) of string
+// keys; 8% HSET, 6% HGET and
+// 2% HDEL of one of Fields fields of the key's hash (HashKey); 4% SADD,
+// 3% SISMEMBER and 2% SREM of one of Fields members of its set (SetKey);
+// 5% ZADD, 3% ZSCORE and 2% ZREM of one of Fields members of its sorted
+// set (ZSetKey; the score is unique to the write: client id × 10^6 +
+// sequence); 4% RPUSH and 3% LPOP of its list (ListKey).
+// It returns the operations that failed (which the history records as
+// the rules say).
+func Client(ctx context.Context, rdb *redis.Client, rec *Recorder, cid int, keys []string, ops int, seed uint64) (failed int) {
+	rng := rand.New(rand.NewPCG(seed, uint64(cid)))
 	for seq := 0; seq < ops && ctx.Err() == nil; seq++ {
 		key := keys[rng.IntN(len(keys))]
 		in := Input{Key: key}
 		var out Output
 		var err error
 		call := rec.Now()
+		field := "f" + strconv.Itoa(rng.IntN(Fields))
+		id := "c" + strconv.Itoa(cid) + "-" + strconv.Itoa(seq)
 		switch x := rng.IntN(100); {
-		case x < 50:
+		case x < 4:
+			in.Kind, in.Value = Swap, id
+			old, e := rdb.Eval(ctx, swapScript, []string{key}, Value(in.Value, randomSize(rng))).Text()
+			out, err = found([]byte(old), e)
+		case x < 30:
 			in.Kind = Set
-			in.Value = "c" + strconv.Itoa(id) + "-" + strconv.Itoa(seq)
+			in.Value = id
 			err = rdb.Set(ctx, key, Value(in.Value, randomSize(rng)), 0).Err()
-		case x < 85:
+		case x < 50:
 			in.Kind = Get
-			var b []byte
-			b, err = rdb.Get(ctx, key).Bytes()
-			switch {
-			case errors.Is(err, redis.Nil):
-				err = nil
-			case err == nil:
-				out.Found, out.Value = true, ID(b)
-			}
-		default:
+			out, err = found(rdb.Get(ctx, key).Bytes())
+		case x < 58:
 			in.Kind = Del
 			out.Deleted, err = rdb.Del(ctx, key).Result()
+		case x < 66:
+			in = Input{Kind: HSet, Key: HashKey(key), Field: field, Value: id}
+			out.Deleted, err = rdb.HSet(ctx, in.Key, field, Value(in.Value, randomSize(rng))).Result()
+		case x < 72:
+			in = Input{Kind: HGet, Key: HashKey(key), Field: field}
+			out, err = found(rdb.HGet(ctx, in.Key, field).Bytes())
+		case x < 74:
+			in = Input{Kind: HDel, Key: HashKey(key), Field: field}
+			out.Deleted, err = rdb.HDel(ctx, in.Key, field).Result()
+		case x < 78:
+			in = Input{Kind: SAdd, Key: SetKey(key), Field: field}
+			out.Deleted, err = rdb.SAdd(ctx, in.Key, field).Result()
+		case x < 81:
+			in = Input{Kind: SIsMember, Key: SetKey(key), Field: field}
+			out.Found, err = rdb.SIsMember(ctx, in.Key, field).Result()
+			if out.Found {
+				out.Value = present
+			}
+		case x < 83:
+			in = Input{Kind: SRem, Key: SetKey(key), Field: field}
+			out.Deleted, err = rdb.SRem(ctx, in.Key, field).Result()
+		case x < 88:
+			score := float64(cid)*1e6 + float64(seq)
+			in = Input{Kind: ZAdd, Key: ZSetKey(key), Field: zmember(field), Value: formatScore(score)}
+			out.Deleted, err = rdb.ZAdd(ctx, in.Key, redis.Z{Score: score, Member: in.Field}).Result()
+		case x < 91:
+			in = Input{Kind: ZScore, Key: ZSetKey(key), Field: zmember(field)}
+			out, err = zscore(rdb.ZScore(ctx, in.Key, in.Field).Result())
+		case x < 93:
+			in = Input{Kind: ZRem, Key: ZSetKey(key), Field: zmember(field)}
+			out.Deleted, err = rdb.ZRem(ctx, in.Key, in.Field).Result()
+		case x < 97:
+			in = Input{Kind: RPush, Key: ListKey(key), Value: id}
+			out.Deleted, err = rdb.RPush(ctx, in.Key, Value(in.Value, 16+rng.IntN(200))).Result()
+		default:
+			in = Input{Kind: LPop, Key: ListKey(key)}
+			out, err = found(rdb.LPop(ctx, in.Key).Bytes())
 		}
 		ret := rec.Now()
 		if err != nil && ctx.Err() != nil {
@@ -331,7 +496,99 @@ func Client(ctx context.Context, rdb *redis.Client, rec *Recorder, id int, keys 
 		if err != nil {
 			failed++
 		}
-		rec.Add(id, in, call, out, ret, err)
+		rec.Add(cid, in, call, out, ret, err)
 	}
 	return failed
 }
+
+func formatScore(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// zscore is a ZSCORE's Output: the score, or not found (redis.Nil).
+func zscore(f float64, err error) (Output, error) {
+	switch {
+	case errors.Is(err, redis.Nil):
+		return Output{}, nil
+	case err != nil:
+		return Output{}, err
+	}
+	return Output{Found: true, Value: formatScore(f)}, nil
+}
+
+// lrange is an LRANGE 0 -1's Output: the ids of the elements, in order
+// (an element that is no value written reads as "corrupt: ...").
+func lrange(vs []string, err error) (Output, error) {
+	ids := make([]string, len(vs))
+	for i, v := range vs {
+		ids[i] = ID([]byte(v))
+	}
+	return Output{Found: true, Value: strings.Join(ids, ",")}, err
+}
+
+// Fields is how many fields (and members) the hash (and set) beside each
+// key has in Client's workload: few, so that operations meet.
+const Fields = 4
+
+// found is a read's Output: a value's id, or not found (redis.Nil).
+func found(b []byte, err error) (Output, error) {
+	switch {
+	case errors.Is(err, redis.Nil):
+		return Output{}, nil
+	case err != nil:
+		return Output{}, err
+	}
+	return Output{Found: true, Value: ID(b)}, nil
+}
+
+// ReadAll has client id read, as part of the history, every key of keys,
+// every field of its hash, every member of its set and of its sorted set,
+// and its list; it returns the errors of the reads that failed (which
+// then observed nothing).
+func ReadAll(ctx context.Context, rdb *redis.Client, rec *Recorder, id int, keys []string) error {
+	var errs []error
+	read := func(in Input, do func() (Output, error)) {
+		call := rec.Now()
+		out, err := do()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("final %v %s: %w", in.Kind, in.register(), err))
+		}
+		rec.Add(id, in, call, out, rec.Now(), err)
+	}
+	for _, k := range keys {
+		read(Input{Kind: Get, Key: k}, func() (Output, error) { return found(rdb.Get(ctx, k).Bytes()) })
+		for f := range Fields {
+			field := "f" + strconv.Itoa(f)
+			read(Input{Kind: HGet, Key: HashKey(k), Field: field}, func() (Output, error) {
+				return found(rdb.HGet(ctx, HashKey(k), field).Bytes())
+			})
+			read(Input{Kind: SIsMember, Key: SetKey(k), Field: field}, func() (Output, error) {
+				ok, err := rdb.SIsMember(ctx, SetKey(k), field).Result()
+				if ok {
+					return Output{Found: true, Value: present}, err
+				}
+				return Output{}, err
+			})
+			m := zmember(field)
+			read(Input{Kind: ZScore, Key: ZSetKey(k), Field: m}, func() (Output, error) {
+				return zscore(rdb.ZScore(ctx, ZSetKey(k), m).Result())
+			})
+		}
+		read(Input{Kind: LRange, Key: ListKey(k)}, func() (Output, error) {
+			return lrange(rdb.LRange(ctx, ListKey(k), 0, -1).Result())
+		})
+	}
+	return errors.Join(errs...)
+}
+
+// Summary is the history's operations counted by kind, for a test's log:
+// "40 SET, 12 HGET, ... (3 with unknown outcome)".
+func (r *Recorder) Summary() string {
+	byKind, unknown := r.Counts()
+	var parts []string
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%d %v", byKind[k], k))
+	}
+	return fmt.Sprintf("%s (%d with unknown outcome)", strings.Join(parts, ", "), unknown)
+}
+
+// Writes reports whether k changes what it names.
+func (k Kind) Writes() bool { return !k.reads() }

@@ -190,14 +190,12 @@ func TestDevicesOnOtherHosts(t *testing.T) {
 	wg.Wait()
 	readAll(t, s.client(), rec, clients, keys)
 
-	byKind, unknown := rec.Counts()
-	t.Logf("history: %d SET, %d GET, %d DEL (%d with unknown outcome, %d failed in all); states %v",
-		byKind[lincheck.Set], byKind[lincheck.Get], byKind[lincheck.Del], unknown, failed.Load(), s.states())
+	t.Logf("history: %s, %d failed in all; states %v", rec.Summary(), failed.Load(), s.states())
 	for _, e := range rec.Errors() {
 		t.Log("  " + e)
 	}
 	if n := failedSets(rec); n > 0 {
-		t.Errorf("%d SETs failed with one device cut off", n)
+		t.Errorf("%d writes failed with one device cut off", n)
 	}
 	check(t, rec, seed)
 }

@@ -547,7 +547,7 @@ func (m *Mechanism) loadLog(ctx context.Context) {
 	l.loadMu.Lock()
 	defer l.loadMu.Unlock()
 	for d := range l.loaded {
-		if l.loaded[d] || m.env.State(d) == mechanism.Failed {
+		if l.loaded[d] || !m.env.Answering(d) {
 			continue
 		}
 		var keys [][]byte
@@ -571,7 +571,7 @@ func (m *Mechanism) logUnread() bool {
 	l.loadMu.Lock()
 	defer l.loadMu.Unlock()
 	for d, done := range l.loaded {
-		if !done && m.env.State(d) != mechanism.Failed {
+		if !done && m.env.Answering(d) {
 			return true
 		}
 	}
@@ -994,7 +994,7 @@ func (m *Mechanism) logChange(ctx context.Context, k mechanism.Key, e *logEntry,
 	}
 	var up, down []int
 	for _, d := range e.g.parity {
-		if m.env.State(d) == mechanism.Failed {
+		if !m.env.Writable(d) {
 			down = append(down, d)
 		} else {
 			up = append(up, d)

@@ -193,11 +193,11 @@ func (m *Mechanism) SplitCap() int {
 // replacing a member without patching its set would corrupt the set.
 func (m *Mechanism) NeedsPrevious() bool { return true }
 
-// parityDevicesDown reports whether every parity device of g is failed:
-// the set's membership cannot change until one is back.
+// parityDevicesDown reports whether every parity device of g is failed
+// (or full): the set's membership cannot change until one is back.
 func (m *Mechanism) parityDevicesDown(g geometry) bool {
 	for _, d := range g.parity {
-		if m.env.State(d) != mechanism.Failed {
+		if m.env.Writable(d) {
 			return false
 		}
 	}
@@ -360,7 +360,7 @@ func (m *Mechanism) parityDevices(id uint64, members []int, size int) []int {
 			cand = append(cand, d)
 		}
 	}
-	failed := func(d int) bool { return m.env.State(d) == mechanism.Failed }
+	failed := func(d int) bool { return !m.env.Writable(d) }
 	m.parityMu.Lock()
 	defer m.parityMu.Unlock()
 	if len(m.parityBytes) != n {
@@ -1892,7 +1892,7 @@ func (m *Mechanism) lookup(ctx context.Context, k mechanism.Key) (indexEntry, bo
 // when the index was built.
 func (m *Mechanism) indexIncomplete() bool {
 	for d, done := range m.index.scanned {
-		if !done && m.env.State(d) != mechanism.Failed {
+		if !done && m.env.Answering(d) {
 			return true
 		}
 	}
@@ -1908,7 +1908,7 @@ func (m *Mechanism) buildIndexLocked(ctx context.Context) error {
 	idx := newSetIndex()
 	idx.scanned = make([]bool, m.env.N())
 	for d := 0; d < m.env.N(); d++ {
-		if m.env.State(d) == mechanism.Failed {
+		if !m.env.Answering(d) {
 			continue
 		}
 		idx.scanned[d] = true
@@ -2102,7 +2102,7 @@ func (m *Mechanism) RepairKey(ctx context.Context, key []byte) (bool, error) {
 				m.env.Do(ctx, ops)
 				b, err = ops[0].Result, ops[0].Err
 				absent[d] = errors.Is(err, device.ErrNotFound)
-			} else if m.env.State(d) != mechanism.Failed {
+			} else if m.env.Answering(d) {
 				b, err = m.env.Device(d).Retrieve(ctx, key)
 			}
 			if err != nil || b == nil {

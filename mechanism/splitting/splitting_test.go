@@ -85,7 +85,9 @@ func (g *rig) recover(k mechanism.Key, i int) {
 // raw returns what device offset i of k holds under the key a write of
 // version v puts its piece i under (mechanism.Key.PieceKey).
 func (g *rig) raw(k mechanism.Key, i int, v uint64) ([]byte, error) {
-	return g.devs[g.env.Dev(k.Primary, i)].Retrieve(context.Background(), k.PieceKey(i, v))
+	b, err := g.devs[g.env.Dev(k.Primary, i)].Retrieve(context.Background(), k.PieceKey(i, v))
+	format.Unkey(k.PieceKey(i, v), b, 0) // as the Env reads it
+	return b, err
 }
 
 // versionOf returns the version in the header of piece b.

@@ -1,13 +1,26 @@
 // node `redis` (v6) on its default settings against kvarray serve: connect,
-// binary GET/SET, pipeline, transaction with WATCH, expiry, INCR.
+// binary GET/SET, pipeline, transaction with WATCH, expiry, INCR,
+// scripts (defineScript, which sends EVALSHA then EVAL; scriptLoad),
+// hashes, sets, lists, sorted sets, blocking pops and pub/sub (RESP2, the
+// default, and RESP3).
 // Usage: node noderedis.js PORT. Prints "ok", or what failed and exits 1.
-const { createClient, commandOptions } = require('redis');
+const { createClient, commandOptions, defineScript } = require('redis');
 
 const port = Number(process.argv[2]);
 function check(cond, what) { if (!cond) throw new Error(what); }
 
 async function main() {
-  const c = createClient({ url: `redis://127.0.0.1:${port}` });
+  const c = createClient({
+    url: `redis://127.0.0.1:${port}`,
+    scripts: {
+      add: defineScript({
+        SCRIPT: "return redis.call('INCRBY', KEYS[1], ARGV[1])",
+        NUMBER_OF_KEYS: 1,
+        parseCommand(parser, key, n) { parser.pushKey(key); parser.push(String(n)); },
+        transformReply: undefined,
+      }),
+    },
+  });
   c.on('error', (e) => { console.log('FAIL: client error', e.message); process.exit(1); });
   await c.connect();
   check(await c.ping() === 'PONG', 'PING');
@@ -38,7 +51,94 @@ async function main() {
   await new Promise((r) => setTimeout(r, 300));
   check(await c.get('node:e') === null, 'expired key returned');
   check(await c.incr('node:n') === 1 && await c.incrBy('node:n', 9) === 10, 'INCR');
+  check(await c.add('node:s', 5) === 5 && await c.add('node:s', 2) === 7, 'defineScript');
+  const sha = await c.scriptLoad("return ARGV[1] .. KEYS[1]");
+  check(await c.evalSha(sha, { keys: ['b'], arguments: ['a'] }) === 'ab', 'scriptLoad + evalSha');
+  check(JSON.stringify(await c.eval("return {1, 'x', {ok='fine'}}")) === JSON.stringify([1, 'x', 'fine']), 'EVAL reply');
+  check(await c.hSet('node:h', { a: '1', b: '2' }) === 2 && await c.hGet('node:h', 'a') === '1', 'HSET/HGET');
+  const all = await c.hGetAll('node:h');
+  check(all.a === '1' && all.b === '2' && await c.hLen('node:h') === 2, `HGETALL ${JSON.stringify(all)}`);
+  check(await c.sAdd('node:set', ['x', 'y', 'x']) === 2 && await c.sIsMember('node:set', 'y'), 'SADD/SISMEMBER');
+  const ms = await c.sMembers('node:set');
+  check(ms.length === 2 && ms.includes('x') && ms.includes('y'), `SMEMBERS ${JSON.stringify(ms)}`);
+  let wrong = false;
+  try { await c.get('node:set'); } catch (e) { wrong = /^WRONGTYPE/.test(e.message); }
+  check(wrong, 'WRONGTYPE');
+  // A consumer group as a job queue.
+  await c.del('node:jobs');
+  await c.xGroupCreate('node:jobs', 'workers', '$', { MKSTREAM: true });
+  const ids = [];
+  for (let i = 0; i < 4; i++) ids.push(await c.xAdd('node:jobs', '*', { n: String(i) }));
+  const read = await c.xReadGroup('workers', 'alice', { key: 'node:jobs', id: '>' }, { COUNT: 2 });
+  check(read[0].messages.map((m) => m.id).join() === ids.slice(0, 2).join(), `XREADGROUP ${JSON.stringify(read)}`);
+  check(await c.xAck('node:jobs', 'workers', ids[0]) === 1, 'XACK');
+  const ac = await c.xAutoClaim('node:jobs', 'workers', 'bob', 0, '0-0');
+  check(ac.messages.length === 1 && ac.messages[0].id === ids[1], `XAUTOCLAIM ${JSON.stringify(ac)}`);
+  check(await c.xLen('node:jobs') === 4, 'XLEN');
   await other.quit();
+  await c.quit();
+  await listsAndSortedSets(2);
+  await listsAndSortedSets(3);
+}
+
+// waitBlocked waits until INFO shows a blocked client.
+async function waitBlocked(c) {
+  for (let i = 0; i < 3000; i++) {
+    if (/blocked_clients:[1-9]/.test(await c.info('clients'))) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error('no client blocked');
+}
+
+async function listsAndSortedSets(resp) {
+  const c = createClient({ url: `redis://127.0.0.1:${port}`, RESP: resp });
+  c.on('error', (e) => { console.log('FAIL: client error', e.message); process.exit(1); });
+  await c.connect();
+  const k = `node${resp}:`;
+  const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+  check(await c.rPush(k + 'l', ['a', 'b', 'c']) === 3 && await c.lPush(k + 'l', 'z') === 4, 'RPUSH/LPUSH');
+  check(same(await c.lRange(k + 'l', 0, -1), ['z', 'a', 'b', 'c']) && await c.lLen(k + 'l') === 4, 'LRANGE/LLEN');
+  check(await c.lIndex(k + 'l', 1) === 'a' && await c.lPop(k + 'l') === 'z' && await c.rPop(k + 'l') === 'c', 'LINDEX/LPOP/RPOP');
+  check(await c.lMove(k + 'l', k + 'l2', 'LEFT', 'RIGHT') === 'a', 'LMOVE');
+  const b = c.duplicate();
+  await b.connect();
+  check(await b.blPop(k + 'empty', 0.05) === null, 'BLPOP timeout');
+  let popped = b.blPop([k + 'other', k + 'q'], 30);
+  await waitBlocked(c);
+  await c.rPush(k + 'q', 'job');
+  let got = await popped;
+  check(got && got.key === k + 'q' && got.element === 'job', `BLPOP woken by RPUSH: ${JSON.stringify(got)}`);
+  popped = b.blMove(k + 'q', k + 'work', 'LEFT', 'RIGHT', 30);
+  await waitBlocked(c);
+  await c.rPush(k + 'q', 'job2');
+  check(await popped === 'job2' && await c.lRem(k + 'work', 1, 'job2') === 1, 'BLMOVE woken by RPUSH, LREM');
+
+  check(await c.zAdd(k + 'z', [{ score: 1, value: 'a' }, { score: 2.5, value: 'b' }, { score: -1, value: 'c' }]) === 3, 'ZADD');
+  got = await c.zRangeWithScores(k + 'z', 0, -1);
+  check(same(got, [{ value: 'c', score: -1 }, { value: 'a', score: 1 }, { value: 'b', score: 2.5 }]), `ZRANGE WITHSCORES ${JSON.stringify(got)}`);
+  check(await c.zScore(k + 'z', 'b') === 2.5 && await c.zIncrBy(k + 'z', 2, 'a') === 3 && await c.zCard(k + 'z') === 3, 'ZSCORE/ZINCRBY/ZCARD');
+  check(same(await c.zRangeByScore(k + 'z', 0, '+inf'), ['b', 'a']), 'ZRANGEBYSCORE');
+  got = await c.zPopMin(k + 'z');
+  check(got && got.value === 'c' && got.score === -1, `ZPOPMIN ${JSON.stringify(got)}`);
+  popped = b.bzPopMax(k + 'bz', 30);
+  await waitBlocked(c);
+  await c.zAdd(k + 'bz', { score: 7, value: 'm' });
+  got = await popped;
+  check(got && got.key === k + 'bz' && got.value === 'm' && got.score === 7, `BZPOPMAX woken by ZADD: ${JSON.stringify(got)}`);
+  check(await b.bzPopMin(k + 'bz', 0.05) === null, 'BZPOPMIN timeout');
+
+  const sub = c.duplicate();
+  await sub.connect();
+  const msgs = [];
+  await sub.subscribe(k + 'ch', (m, ch) => msgs.push([ch, m]));
+  await sub.pSubscribe(k + 'p*', (m, ch) => msgs.push([ch, m]));
+  check(await c.publish(k + 'ch', 'hi') === 1 && await c.publish(k + 'pat', 'there') === 1, 'PUBLISH counts');
+  for (let i = 0; i < 500 && msgs.length < 2; i++) await new Promise((r) => setTimeout(r, 10));
+  check(same(msgs, [[k + 'ch', 'hi'], [k + 'pat', 'there']]), `messages ${JSON.stringify(msgs)}`);
+  await sub.unsubscribe(k + 'ch');
+  check(await c.publish(k + 'ch', 'gone') === 0, 'PUBLISH after UNSUBSCRIBE');
+  await sub.quit();
+  await b.quit();
   await c.quit();
 }
 

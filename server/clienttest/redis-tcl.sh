@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs Redis 7's own Tcl tests for strings, counters, the keyspace, expiry,
-# transactions, SCAN, the protocol and INFO against `kvarray serve` (a
-# fresh array per unit), with no shim. tcl/skip.txt lists the tests that
+# Runs Redis 7's own Tcl tests for strings, counters, bitmaps, HyperLogLog,
+# geo, SORT, hashes, sets, lists, sorted sets, streams, the keyspace,
+# expiry, transactions, SCAN, the protocol, INFO, pub/sub,
+# scripting and functions against `kvarray serve` (a fresh array per
+# unit), with no shim. tcl/skip.txt lists the tests that
 # need another data type or a config kvarray does not have (they would
 # raise an exception and stop their unit); tcl/alone.txt the tests that
 # need a fresh server because a skipped test would have cleaned up before
@@ -68,9 +70,22 @@ run() {
 		grep -qxF "$name" "$here/tcl/expected-failures.txt" || { echo "$out" | grep -A3 -F "[err]: $name in"; failed+=("$unit: $name"); }
 	done < <(grep '^\[err\]' <<<"$out" | sed 's/^\[err\]: //; s/ in tests\/.*//')
 }
+# tcl/slow.txt: tests that pass but take over 20 s each on a shared
+# machine (10^4 round trips); TCL_SLOW=1 runs them too.
+slow=()
+if [ -z "${TCL_SLOW:-}" ]; then
+	while IFS= read -r name; do
+		[ -n "$name" ] && slow+=(--skiptest "$name")
+	done <"$here/tcl/slow.txt"
+fi
+# Per-unit runtest options: list-3's stress tests (its ziplist ones,
+# tagged slow, and the three #3343 ones) take minutes on a loaded machine;
+# unit/type/list-2, only such stress tests, is left to
+# UNITS=unit/type/list-2 (docs/compatibility.md).
+declare -A extra=([unit/type/list-3]="--tags -slow --skiptest /^Stress.tester")
 # UNITS, if set, runs only those units.
-for unit in ${UNITS:-unit/type/string unit/type/incr unit/keyspace unit/expire unit/multi unit/scan unit/protocol unit/info-command}; do
-	label= run $unit --skipfile "$here/tcl/skip.txt"
+for unit in ${UNITS:-unit/type/string unit/type/incr unit/type/hash unit/type/set unit/type/list unit/type/list-3 unit/type/zset unit/type/stream unit/type/stream-cgroups unit/keyspace unit/expire unit/multi unit/scan unit/protocol unit/info-command unit/pubsub unit/scripting unit/functions unit/bitops unit/bitfield unit/hyperloglog unit/slowlog unit/dump unit/geo unit/sort}; do
+	label=${extra[$unit]:-} run $unit --skipfile "$here/tcl/skip.txt" "${slow[@]}" ${extra[$unit]:-}
 done
 # tcl/alone.txt: "unit|test|test..." for tests that pass only on the
 # state a skipped test would have left (skip.txt lists them too): they run

@@ -1,0 +1,447 @@
+// Package acl is Redis 7.0's access control lists, ported from its
+// src/acl.c, without I/O: users (on/off, SHA-256 password hashes, nopass),
+// selectors of command rules, key patterns and channel patterns, the
+// permission check a server runs before each command, ACL GETUSER's and
+// ACL LIST's descriptions, the aclfile format and the ACL LOG.
+//
+// Invariants:
+//   - Every user has a root selector; a command is allowed when one of the
+//     user's selectors allows the command, every key it names with the
+//     access it needs, and every channel.
+//   - Rules are applied to a copy of the user and installed only when all
+//     of them are valid: a failed ACL SETUSER or ACL LOAD changes nothing.
+//   - Passwords are kept only as lowercase hex SHA-256 digests and
+//     compared in constant time.
+//   - Commands are known by a Table, fixed when the ACL is made: the rule
+//     +name for a name the table does not have is an error, as in Redis.
+//
+// An ACL is safe for concurrent use.
+package acl
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Category is a set of ACL command categories.
+type Category uint32
+
+// The categories, in Redis's order (ACL CAT lists them so).
+const (
+	CatKeyspace Category = 1 << iota
+	CatRead
+	CatWrite
+	CatSet
+	CatSortedset
+	CatList
+	CatHash
+	CatString
+	CatBitmap
+	CatHyperloglog
+	CatGeo
+	CatStream
+	CatPubsub
+	CatAdmin
+	CatFast
+	CatSlow
+	CatBlocking
+	CatDangerous
+	CatConnection
+	CatTransaction
+	CatScripting
+)
+
+var categoryNames = []string{"keyspace", "read", "write", "set", "sortedset", "list", "hash", "string", "bitmap",
+	"hyperloglog", "geo", "stream", "pubsub", "admin", "fast", "slow", "blocking", "dangerous", "connection",
+	"transaction", "scripting"}
+
+// Categories are the names of the categories, in Redis's order.
+func Categories() []string { return append([]string(nil), categoryNames...) }
+
+// CategoryByName returns the category named name (case-insensitive), or 0.
+func CategoryByName(name string) Category {
+	for i, n := range categoryNames {
+		if strings.EqualFold(n, name) {
+			return 1 << i
+		}
+	}
+	return 0
+}
+
+// Names are the category's names, in Redis's order.
+func (c Category) Names() []string {
+	var out []string
+	for i, n := range categoryNames {
+		if c&(1<<i) != 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// KeyFlags is how a command uses a key: KeyRead (Redis's ACCESS: it
+// returns or uses the value) and KeyWrite (INSERT, DELETE or UPDATE). A
+// key with neither (EXISTS, TYPE, STRLEN) may be named by a user with
+// either permission on it.
+type KeyFlags uint8
+
+// Key access.
+const (
+	KeyRead KeyFlags = 1 << iota
+	KeyWrite
+)
+
+// KeySpec locates keys among a command's arguments, as a Redis 7 key
+// spec: begin at Index, or after the first Keyword found from StartFrom
+// (negative: from the end, backwards); then a range (LastKey relative to
+// the start, negative from the end; Step; Limit) or a count (KeyNum: the
+// count at KeyNumIdx from the start, keys from FirstKey, every Step).
+// Unknown specs (SORT's BY, GET and STORE) are left to Command.GetKeys.
+type KeySpec struct {
+	Index         int
+	Keyword       string
+	StartFrom     int
+	LastKey, Step int
+	Limit         int
+	KeyNum        bool
+	KeyNumIdx     int
+	FirstKey      int
+	Flags         KeyFlags
+	Unknown       bool
+}
+
+// Key is one key argument: its position in the arguments and its access.
+type Key struct {
+	Pos   int
+	Flags KeyFlags
+}
+
+// Channel is one channel argument of a command that publishes or
+// subscribes; Pattern: a PSUBSCRIBE pattern, matched literally.
+type Channel struct {
+	Pos     int
+	Pattern bool
+}
+
+// Command is a command as the ACL sees it.
+type Command struct {
+	// Name is the full name in lower case: "get", "config|get".
+	Name       string
+	Arity      int
+	Categories Category
+	// NoAuth commands (AUTH, HELLO, QUIT, RESET) are always allowed.
+	NoAuth bool
+	Keys   []KeySpec
+	// GetKeys, when set, finds the keys instead of Keys (commands whose
+	// key access depends on their arguments: SET ... GET, BITFIELD, SORT).
+	GetKeys func(args [][]byte) []Key
+	// Channels finds the channels a command publishes or subscribes to.
+	Channels    func(args [][]byte) []Channel
+	Subcommands []*Command
+
+	id     int
+	parent *Command
+}
+
+// Parent is the container of a subcommand, nil for others.
+func (c *Command) Parent() *Command { return c.parent }
+
+// KeysOf returns the command's keys in args (args[0] is the command
+// name): COMMAND GETKEYS's answer.
+func (c *Command) KeysOf(args [][]byte) []Key { return c.keys(args) }
+
+// keys returns the command's keys in args (args[0] is the command name).
+// Arguments that do not fit the specs (a syntax error the command will
+// report) give no keys, as in Redis.
+func (c *Command) keys(args [][]byte) []Key {
+	if c.GetKeys != nil {
+		return c.GetKeys(args)
+	}
+	var out []Key
+	for _, s := range c.Keys {
+		if s.Unknown {
+			continue
+		}
+		ks, ok := s.find(args)
+		if !ok {
+			return nil
+		}
+		out = append(out, ks...)
+	}
+	return out
+}
+
+func (s KeySpec) find(args [][]byte) ([]Key, bool) {
+	argc := len(args)
+	first := 0
+	if s.Keyword == "" {
+		first = s.Index
+	} else {
+		start, end := s.StartFrom, argc-1
+		if start <= 0 {
+			start, end = argc+s.StartFrom, 1
+		}
+		for i := start; i != end; {
+			if i >= argc || i < 1 {
+				break
+			}
+			if strings.EqualFold(string(args[i]), s.Keyword) {
+				first = i + 1
+				break
+			}
+			if start <= end {
+				i++
+			} else {
+				i--
+			}
+		}
+		if first == 0 {
+			return nil, true
+		}
+	}
+	var last, step int
+	if !s.KeyNum {
+		step = s.Step
+		switch {
+		case s.LastKey >= 0:
+			last = first + s.LastKey
+		case s.Limit == 0:
+			last = argc + s.LastKey
+		default:
+			last = first + ((argc-first)/s.Limit + s.LastKey)
+		}
+	} else {
+		step = s.Step
+		if first+s.KeyNumIdx >= argc {
+			return nil, false
+		}
+		n, err := strconv.Atoi(string(args[first+s.KeyNumIdx]))
+		if err != nil || n < 0 {
+			return nil, false
+		}
+		first += s.FirstKey
+		last = first + n - 1
+	}
+	if last >= argc || last < first || first >= argc {
+		return nil, false
+	}
+	if step < 1 {
+		step = 1
+	}
+	var out []Key
+	for i := first; i <= last; i += step {
+		out = append(out, Key{Pos: i, Flags: s.Flags})
+	}
+	return out, true
+}
+
+// Table is the commands an ACL knows, with their subcommands.
+type Table struct {
+	top    []*Command
+	all    []*Command // by id: each top-level command, then its subcommands
+	byName map[string]*Command
+}
+
+// NewTable makes a table of cmds (and their subcommands).
+func NewTable(cmds []*Command) *Table {
+	t := &Table{byName: map[string]*Command{}}
+	for _, c := range cmds {
+		t.add(c, nil)
+	}
+	return t
+}
+
+func (t *Table) add(c *Command, parent *Command) {
+	c.id, c.parent = len(t.all), parent
+	t.all = append(t.all, c)
+	t.byName[c.Name] = c
+	if parent == nil {
+		t.top = append(t.top, c)
+	}
+	for _, s := range c.Subcommands {
+		t.add(s, c)
+	}
+}
+
+// Redis70 returns Redis 7.0's command table (the JSON files of its
+// src/commands, with the key finding of its getkeys procedures where key
+// specs are not enough), fresh: the caller may add or change commands
+// before making a Table of them.
+func Redis70() []*Command {
+	cmds := redis70()
+	for _, c := range cmds {
+		switch c.Name {
+		case "set":
+			c.GetKeys = setKeys
+		case "bitfield":
+			c.GetKeys = bitfieldKeys
+		case "sort":
+			c.GetKeys = sortKeys
+		case "migrate":
+			c.GetKeys = migrateKeys
+		}
+		if ch := channelSpecs[c.Name]; ch != nil {
+			c.Channels = ch
+		}
+	}
+	return cmds
+}
+
+// Lookup finds a command by name (case-insensitive; "config|get" for a
+// subcommand), nil if the table has none.
+func (t *Table) Lookup(name string) *Command { return t.byName[strings.ToLower(name)] }
+
+// Resolve finds the command args run: a container's subcommand by
+// args[1]. A container given a subcommand the table does not know is the
+// container itself (the command reports the unknown subcommand).
+func (t *Table) Resolve(args [][]byte) *Command {
+	if len(args) == 0 {
+		return nil
+	}
+	c := t.Lookup(string(args[0]))
+	if c == nil || len(c.Subcommands) == 0 || len(args) < 2 {
+		return c
+	}
+	if s := t.byName[c.Name+"|"+strings.ToLower(string(args[1]))]; s != nil {
+		return s
+	}
+	return c
+}
+
+// Category lists the full names of the commands and subcommands in cat,
+// in table order.
+func (t *Table) Category(cat Category) []string {
+	var out []string
+	for _, c := range t.all {
+		if c.Categories&cat != 0 {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}
+
+// setKeys is SET's: read and write with GET, write only without
+// (Redis's setGetKeys).
+func setKeys(args [][]byte) []Key {
+	if len(args) < 2 {
+		return nil
+	}
+	for _, a := range args[min(3, len(args)):] {
+		if strings.EqualFold(string(a), "get") {
+			return []Key{{Pos: 1, Flags: KeyRead | KeyWrite}}
+		}
+	}
+	return []Key{{Pos: 1, Flags: KeyWrite}}
+}
+
+// bitfieldKeys is BITFIELD's: read only with GET operations only.
+func bitfieldKeys(args [][]byte) []Key {
+	if len(args) < 2 {
+		return nil
+	}
+	readonly := true
+	for i := 2; i < len(args); i++ {
+		remaining := len(args) - i - 1
+		switch strings.ToLower(string(args[i])) {
+		case "get":
+			if remaining >= 2 {
+				i += 2
+			}
+		case "set", "incrby":
+			if remaining >= 3 {
+				i += 3
+			}
+			readonly = false
+		case "overflow":
+			if remaining >= 1 {
+				i++
+			}
+			readonly = false
+		default:
+			// A syntax error the command reports; take it as a write.
+			readonly = false
+		}
+	}
+	if readonly {
+		return []Key{{Pos: 1, Flags: KeyRead}}
+	}
+	return []Key{{Pos: 1, Flags: KeyRead | KeyWrite}}
+}
+
+// sortKeys is SORT's: the sorted key, read, and a STORE destination,
+// written (Redis's sortGetKeys, which skips the arguments of LIMIT, GET
+// and BY).
+func sortKeys(args [][]byte) []Key {
+	if len(args) < 2 {
+		return nil
+	}
+	out := []Key{{Pos: 1, Flags: KeyRead}}
+	skip := map[string]int{"limit": 2, "get": 1, "by": 1}
+	for i := 2; i < len(args); i++ {
+		a := strings.ToLower(string(args[i]))
+		if n, ok := skip[a]; ok {
+			i += n
+			continue
+		}
+		if a == "store" && i+1 < len(args) {
+			// Only the last STORE counts, as in Redis.
+			out = append(out[:1], Key{Pos: i + 1, Flags: KeyWrite})
+			i++
+		}
+	}
+	return out
+}
+
+// migrateKeys is MIGRATE's: the key argument, or with an empty one the
+// keys after KEYS (Redis's migrateGetKeys, which skips AUTH's and
+// AUTH2's arguments); read and written (deleted).
+func migrateKeys(args [][]byte) []Key {
+	first, num := 3, 1
+	if len(args) > 6 {
+	scan:
+		for i := 6; i < len(args); i++ {
+			switch strings.ToLower(string(args[i])) {
+			case "keys":
+				if len(args[3]) > 0 {
+					num = 0 // a syntax error MIGRATE reports
+				} else {
+					first, num = i+1, len(args)-i-1
+				}
+				break scan
+			case "auth":
+				i++
+			case "auth2":
+				i += 2
+			}
+		}
+	}
+	var out []Key
+	for i := first; i < first+num && i < len(args); i++ {
+		out = append(out, Key{Pos: i, Flags: KeyRead | KeyWrite})
+	}
+	return out
+}
+
+// channelSpecs are the commands with channels (Redis's
+// commands_with_channels): only publishing and subscribing are checked.
+var channelSpecs = map[string]func([][]byte) []Channel{
+	"subscribe":  channelsFrom(1, -1, false),
+	"ssubscribe": channelsFrom(1, -1, false),
+	"psubscribe": channelsFrom(1, -1, true),
+	"publish":    channelsFrom(1, 1, false),
+	"spublish":   channelsFrom(1, 1, false),
+}
+
+func channelsFrom(start, count int, pattern bool) func([][]byte) []Channel {
+	return func(args [][]byte) []Channel {
+		end := len(args)
+		if count >= 0 && start+count < end {
+			end = start + count
+		}
+		var out []Channel
+		for i := start; i < end; i++ {
+			out = append(out, Channel{Pos: i, Pattern: pattern})
+		}
+		return out
+	}
+}

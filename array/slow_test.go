@@ -1,0 +1,97 @@
+package array
+
+import (
+	"bytes"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvarray/kvarray/device"
+	"github.com/kvarray/kvarray/device/faultdev"
+	"github.com/kvarray/kvarray/device/mem"
+	"github.com/kvarray/kvarray/mechanism"
+	"github.com/kvarray/kvarray/mechanism/packing"
+	"github.com/kvarray/kvarray/mechanism/replication"
+	"github.com/kvarray/kvarray/mechanism/splitting"
+)
+
+// slowMechanisms each tolerate two lost devices: none of them keeps a
+// device from being judged slow.
+func slowMechanisms() Option {
+	return WithMechanisms(replication.New(3), splitting.New(4, 2), packing.New(4, 2, 0))
+}
+
+// counting counts the operations that reach its device, but for the
+// array's probes of its latency.
+type counting struct{ n atomic.Int64 }
+
+func (c *counting) MaybeError(op faultdev.Op) error {
+	if !bytes.Equal(op.Key, spaceProbeKey) {
+		c.n.Add(1)
+	}
+	return nil
+}
+
+// TestSlowDevice: one device of six made 200 ms slower than its peers
+// (latency injected in front of it) is judged slow from its latency
+// against theirs; while slow it is sent nothing (no operation reaches it),
+// reads are served by the other pieces and writes are acknowledged on
+// them, its misses recorded; once it answers as fast as its peers again it
+// is re-admitted by itself, healthy with nothing left to resync, and a
+// scrub finds nothing to repair. Every acknowledged value reads back
+// throughout.
+func TestSlowDevice(t *testing.T) {
+	const slow = 2
+	delay := &faultdev.Delay{}
+	seen := &counting{}
+	r := newRigWrapped(t, 6, device.Limits{MaxValueLen: 4 << 10}, func(i int, m *mem.Device) device.Device {
+		if i != slow {
+			return m
+		}
+		return faultdev.Wrap(faultdev.Wrap(m, seen), delay)
+	}, slowMechanisms(), WithDefault("replication"),
+		WithSlowDevices(SlowPolicy{Every: 10 * time.Millisecond, Floor: 20 * time.Millisecond}))
+	w := newAcked(t, r.a)
+	store, check := w.store, w.check
+	store(0, 60)
+	check("healthy")
+	delay.Set(200 * time.Millisecond)
+	// Load finds it slow: the writes that reach it before then are slow,
+	// not failed.
+	for round := 1; r.a.DeviceState(slow) != mechanism.Slow; round++ {
+		if round > 200 {
+			t.Fatalf("device %d, 200 ms slower than its peers, is %v after %d rounds of writes", slow, r.a.DeviceState(slow), round)
+		}
+		store(round, 10)
+	}
+	for i := range 6 {
+		if i != slow && r.a.DeviceState(i) != mechanism.Healthy {
+			t.Fatalf("device %d is %v beside the slow one", i, r.a.DeviceState(i))
+		}
+	}
+	st, err := r.a.Status(ctx)
+	if err != nil || st.Devices[slow].State != "slow" || st.Devices[slow].Reason == "" {
+		t.Fatalf("status of the slow device: %+v, %v", st.Devices[slow], err)
+	}
+	before := seen.n.Load()
+	store(300, 60)
+	check("slow")
+	if got := seen.n.Load() - before; got != 0 {
+		t.Fatalf("%d operations reached the slow device", got)
+	}
+	if r.a.env.MissedCount(slow) == 0 {
+		t.Fatalf("writes while device %d was slow recorded no miss", slow)
+	}
+	delay.Set(0)
+	waitCaughtUp(t, r.a, slow)
+	check("re-admitted")
+	store(400, 60)
+	check("after")
+	rep, err := r.a.Scrub(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Problems() > 0 {
+		t.Fatalf("scrub after the slow device's return: %+v", rep)
+	}
+}

@@ -1,0 +1,76 @@
+package server
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestIntrospectionSameAsRedis compares ROLE, MODULE LIST, LATENCY (with
+// the monitor off), COMMAND GETKEYS/GETKEYSANDFLAGS and SLOWLOG's
+// replies that do not depend on timing with a real redis-server.
+func TestIntrospectionSameAsRedis(t *testing.T) {
+	ts := startServer(t, "")
+	redisAddr := startRedis(t)
+	script := [][]string{
+		{"ROLE"}, {"MODULE", "LIST"}, {"MODULE", "FOO"}, {"LATENCY", "LATEST"}, {"LATENCY", "HISTORY", "command"},
+		{"LATENCY", "RESET"}, {"LATENCY", "GRAPH", "command"}, {"LATENCY", "FOO"},
+		{"COMMAND", "GETKEYS", "SET", "a", "b"}, {"COMMAND", "GETKEYS", "MSET", "a", "1", "b", "2"}, {"COMMAND", "GETKEYS", "GET"},
+		{"COMMAND", "GETKEYS", "PING", "x"}, {"COMMAND", "GETKEYS", "NOPE", "x"}, {"COMMAND", "GETKEYS", "GET", "a", "b"},
+		{"COMMAND", "GETKEYS", "BITOP", "AND", "d", "s1", "s2"}, {"COMMAND", "GETKEYS", "PFCOUNT", "a", "b"},
+		{"COMMAND", "GETKEYS", "SINTERCARD", "2", "a", "b", "LIMIT", "1"}, {"COMMAND", "GETKEYS", "EVAL", "return 1", "1", "k"},
+		{"COMMAND", "GETKEYSANDFLAGS", "GET", "a"}, {"COMMAND", "GETKEYSANDFLAGS", "SET", "a", "b"}, {"COMMAND", "GETKEYSANDFLAGS", "INCR", "a"},
+		{"COMMAND", "GETKEYS"},
+		{"CONFIG", "SET", "slowlog-log-slower-than", "-1"}, {"SLOWLOG", "RESET"}, {"SET", "a", "b"}, {"SLOWLOG", "LEN"}, {"SLOWLOG", "GET"},
+		{"SLOWLOG", "GET", "-2"}, {"SLOWLOG", "GET", "x"}, {"SLOWLOG", "FOO"}, {"CONFIG", "SET", "slowlog-max-len", "-1"},
+		{"CONFIG", "SET", "slowlog-max-len", "10"}, {"CONFIG", "GET", "slowlog-max-len"}, {"CONFIG", "GET", "slowlog-log-slower-than"}, {"CONFIG", "SET", "slowlog-log-slower-than", "10000"},
+		{"LOLWUT", "VERSION", "x"},
+	}
+	compareWithRedis(t, ts, redisAddr, script)
+	c := ts.dial()
+	if v := c.do("LOLWUT").String(); !strings.Contains(v, "Redis ver. ") {
+		t.Errorf("LOLWUT: %s", v)
+	}
+	// Every command is logged with slowlog-log-slower-than 0, newest first,
+	// with the client's address and name; AUTH and HELLO are not.
+	c.do("CONFIG", "SET", "slowlog-log-slower-than", "0")
+	c.do("SLOWLOG", "RESET")
+	c.do("CLIENT", "SETNAME", "logged")
+	c.do("HELLO", "2")
+	c.do("GET", strings.Repeat("k", 200))
+	got := c.do("SLOWLOG", "GET", "2").String()
+	for _, want := range []string{"GET", strings.Repeat("k", 128) + "... (72 more bytes)", "logged", "CLIENT"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("SLOWLOG GET: %s, want %q in it", got, want)
+		}
+	}
+	if strings.Contains(got, "HELLO") {
+		t.Errorf("SLOWLOG GET: %s logs HELLO", got)
+	}
+}
+
+// TestConfigSetRequirepass: CONFIG SET requirepass makes new connections
+// authenticate, keeps the one that set it, and "" lifts it.
+func TestConfigSetRequirepass(t *testing.T) {
+	ts := startServer(t, "")
+	c := ts.dial()
+	if r := c.do("CONFIG", "SET", "requirepass", "s3cret").String(); r != `+"OK"` {
+		t.Fatalf("CONFIG SET requirepass: %s", r)
+	}
+	if r := c.do("PING").String(); !strings.Contains(r, "PONG") {
+		t.Fatalf("the connection that set it: %s", r)
+	}
+	d := ts.dial()
+	if r := d.do("GET", "x").String(); !strings.Contains(r, "NOAUTH") {
+		t.Fatalf("a new connection before AUTH: %s", r)
+	}
+	if r := d.do("AUTH", "s3cret").String(); r != `+"OK"` {
+		t.Fatalf("AUTH: %s", r)
+	}
+	if r := c.do("CONFIG", "GET", "requirepass").String(); !strings.Contains(r, "s3cret") {
+		t.Fatalf("CONFIG GET requirepass: %s", r)
+	}
+	c.do("CONFIG", "SET", "requirepass", "")
+	if r := ts.dial().do("GET", "x").String(); strings.Contains(r, "NOAUTH") {
+		t.Fatalf("after lifting it: %s", r)
+	}
+}
