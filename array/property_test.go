@@ -475,6 +475,14 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 			}
 			logf(key, "step %d: device %d holds %s's piece in its place", step, d, other)
 			mk := m.keys[key]
+			// The lie destroys d's piece as a replace would: if the
+			// devices already impaired leave it nothing to spare, the
+			// value is lost, and a repair may then clear its leftovers
+			// (so that it reads as absent).
+			if atRisk(key, mk, d) {
+				mk.lost = true
+				logf(key, "step %d: lost with device %d's lie", step, d)
+			}
 			if mk.liedOn == nil {
 				mk.liedOn = map[int]bool{}
 			}
