@@ -54,7 +54,11 @@ func toLua(L *lua.LState, b []byte) (lua.LValue, []byte) {
 		t.RawSetString("ok", lua.LString(line))
 		return t, rest
 	case '-':
+		// A command's error reply was counted (INFO errorstats) when the
+		// command answered: the script returning it, or raising it,
+		// counts it no more (Redis's ignore_error_stats_update).
 		t := errorTable(L, "-"+string(line))
+		t.RawSetString(countedField, lua.LTrue)
 		return t, rest
 	case '*', '~', '%', '|':
 		l := n()
@@ -131,6 +135,12 @@ func toLua(L *lua.LState, b []byte) (lua.LValue, []byte) {
 	return lua.LNil, nil
 }
 
+// countedField marks an error table whose error was counted already.
+const countedField = "ignore_error_stats_update"
+
+// counted reports whether t, an error table, is marked so.
+func counted(t *lua.LTable) bool { return t.RawGetString(countedField) == lua.LTrue }
+
 // errorTable is Redis's luaPushErrorBuff: msg is "-CODE detail" (the
 // code kept) or "detail" (code ERR); the table is {err="CODE detail"}.
 func errorTable(L *lua.LState, msg string) *lua.LTable {
@@ -160,6 +170,8 @@ func trimNewlines(s string) string {
 type writer struct {
 	b     []byte
 	proto int // the caller's: 2 or 3
+	// onError is Call.ErrorReply.
+	onError func(msg string, counted bool)
 	// scriptProto is the script's (redis.setresp): it decides how a
 	// boolean is returned.
 	scriptProto int
@@ -196,8 +208,14 @@ func (w *writer) line(c byte, s string) {
 	w.b = append(w.b, '\r', '\n')
 }
 
-// Error writes an error reply; msg has its code ("ERR ...").
-func (w *writer) Error(msg string) { w.line('-', msg) }
+// Error writes an error reply; msg has its code ("ERR ..."); counted:
+// it is a command's, counted when the command answered.
+func (w *writer) Error(msg string, counted bool) {
+	if w.onError != nil {
+		w.onError(msg, counted)
+	}
+	w.line('-', msg)
+}
 
 func (w *writer) double(f float64) {
 	var s string
@@ -219,7 +237,7 @@ func (w *writer) double(f float64) {
 // value writes the Lua value v as a reply (luaReplyToRedisReply).
 func (w *writer) value(v lua.LValue, depth int) {
 	if depth > maxReplyDepth {
-		w.Error("ERR reached lua stack limit")
+		w.Error("ERR reached lua stack limit", false)
 		return
 	}
 	switch v := v.(type) {
@@ -266,7 +284,7 @@ func toInt64(f float64) int64 {
 
 func (w *writer) table(t *lua.LTable, depth int) {
 	if e, ok := t.RawGetString("err").(lua.LString); ok {
-		w.Error(string(e))
+		w.Error(string(e), counted(t))
 		return
 	}
 	if s, ok := t.RawGetString("ok").(lua.LString); ok {

@@ -276,6 +276,11 @@ type Call struct {
 	// run argv (allowed), and whether argv names a command at all
 	// (known). Nil allows everything.
 	ACLCheck func(argv [][]byte) (allowed, known bool)
+	// ErrorReply, if set, is called for each error reply the script's
+	// reply holds, nested ones too; counted: a command answered the
+	// script with it (Redis counted it in INFO errorstats then, and does
+	// not again).
+	ErrorReply func(msg string, counted bool)
 }
 
 // Run runs s and returns its reply, RESP bytes in c.Proto. It stops when

@@ -226,14 +226,15 @@ func (v *vm) exec(ctx context.Context, fn *lua.LFunction, name string, c Call, a
 		L.Push(a)
 	}
 	err := L.PCall(len(args), 1, v.handler)
-	w := &writer{proto: c.Proto}
+	w := &writer{proto: c.Proto, onError: c.ErrorReply}
 	defer L.SetTop(0)
 	if reason := stopReason(ctx); reason != "" {
-		w.Error(reason)
+		w.Error(reason, false)
 		return w.b
 	}
 	if err != nil {
-		w.Error(errorMessage(name, err))
+		msg, already := errorMessage(name, err)
+		w.Error(msg, already)
 		return w.b
 	}
 	w.scriptProto = v.resp
@@ -284,11 +285,12 @@ func (v *vm) errorHandler(L *lua.LState) int {
 }
 
 // errorMessage is the reply to a script that raised an error
-// (luaCallFunction): "CODE msg script: NAME, on @user_script:LINE.".
-func errorMessage(name string, err error) string {
+// (luaCallFunction): "CODE msg script: NAME, on @user_script:LINE.";
+// already: the error is a command's, counted when it answered.
+func errorMessage(name string, err error) (msg string, already bool) {
 	ae, ok := err.(*lua.ApiError)
 	if !ok {
-		return "ERR Error running script " + name + ", " + err.Error()
+		return "ERR Error running script " + name + ", " + err.Error(), false
 	}
 	t, ok := ae.Object.(*lua.LTable)
 	if !ok {
@@ -296,14 +298,14 @@ func errorMessage(name string, err error) string {
 		if len(msg) > 100 {
 			msg = msg[:100]
 		}
-		return fmt.Sprintf("ERR Error running script %s, %s", name, msg)
+		return fmt.Sprintf("ERR Error running script %s, %s", name, msg), false
 	}
-	msg := lua.LVAsString(t.RawGetString("err"))
+	msg = lua.LVAsString(t.RawGetString("err"))
 	src, line := t.RawGetString("source"), t.RawGetString("line")
 	if src != lua.LNil && line != lua.LNil {
 		msg += fmt.Sprintf(" script: %s, on %s:%s.", name, lua.LVAsString(src), lua.LVAsString(line))
 	}
-	return msg
+	return msg, counted(t)
 }
 
 // luaPcall is Redis's pcall: an error that is a table with an err field

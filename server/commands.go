@@ -466,8 +466,21 @@ type call struct {
 
 // error replies with an error; msg starts with its code (ERR, NOPROTO…).
 func (c *call) error(msg string) {
-	c.s.stats.errors.Add(1)
-	c.s.errorStats.count(msg)
+	c.s.countError(msg)
+	c.countFailure()
+	c.w.WriteError(msg)
+}
+
+// countError counts an error reply (msg without its '-') in INFO stats and
+// errorstats.
+func (s *Server) countError(msg string) {
+	s.stats.errors.Add(1)
+	s.errorStats.count(msg)
+}
+
+// countFailure counts the command as failed (it ran) or rejected (it did
+// not) in INFO commandstats.
+func (c *call) countFailure() {
 	switch {
 	case c.e == nil:
 	case c.running:
@@ -475,7 +488,6 @@ func (c *call) error(msg string) {
 	default:
 		c.e.rejected.Add(1)
 	}
-	c.w.WriteError(msg)
 }
 
 // fail replies with the error for err.

@@ -187,7 +187,8 @@ func TestDatabases(t *testing.T) {
 // failed_calls, and INFO errorstats, count what Redis 7 counts for the same
 // commands (a rejected call is refused before it runs: arity, an unknown
 // command, a command queued in a transaction that aborts; a failed one ran
-// and answered an error, inside EXEC too).
+// and answered an error, inside EXEC too; a script's error reply counts
+// once, as its command's if a command answered it, and fails the script).
 func TestStatsSameAsRedis(t *testing.T) {
 	ts := startServer(t, "")
 	redisAddr := startRedis(t)
@@ -196,6 +197,14 @@ func TestStatsSameAsRedis(t *testing.T) {
 		{"MULTI"}, {"SET", "t"}, {"EXEC"},
 		{"MULTI"}, {"SET", "q", "x"}, {"INCR", "q"}, {"EXEC"},
 		{"EXPIRE", "s", "x"}, {"SELECT", "99"}, {"INCRBYFLOAT", "s", "1"}, {"SETBIT", "s", "-1", "1"},
+		{"EVAL", `return redis.error_reply("MY_CODE custom")`, "0"},
+		{"EVAL", `return redis.error_reply("")`, "0"},
+		{"EVAL", `return redis.call("INCR", "s")`, "0"},
+		{"EVAL", `return redis.pcall("LPUSH", "s", "x")`, "0"},
+		{"EVAL", `local r = redis.pcall("SELECT", "99") return 1`, "0"},
+		{"EVAL", `return {1, redis.error_reply("NESTED in an array")}`, "0"},
+		{"EVAL", `error("raised")`, "0"},
+		{"EVAL", `return redis.call()`, "0"},
 	}
 	stats := func(c *rawConn) (map[string]string, string) {
 		cmds := map[string]string{}
@@ -223,7 +232,7 @@ func TestStatsSameAsRedis(t *testing.T) {
 	}
 	kc, ke := stats(k)
 	rc, re := stats(r)
-	for _, name := range []string{"set", "incr", "get", "multi", "exec", "expire", "select", "incrbyfloat", "setbit"} {
+	for _, name := range []string{"set", "incr", "get", "multi", "exec", "expire", "select", "incrbyfloat", "setbit", "eval", "lpush"} {
 		if kc[name] != rc[name] {
 			t.Errorf("cmdstat_%s: kvarray %q, redis %q", name, kc[name], rc[name])
 		}

@@ -201,12 +201,19 @@ func (c *call) runScript(fn string, readOnly bool, exec func(context.Context, sc
 	// The script's own connection state: the caller's user and database.
 	scl := &conn{Conn: c.cl.Conn, s: s, id: c.cl.id, addr: c.cl.addr, laddr: c.cl.laddr, created: c.cl.created, proto: 2, db: c.cl.db}
 	scl.user.Store(c.cl.user.Load())
+	failed := false
 	reply := exec(ctx, script.Call{Proto: c.w.proto,
 		Do: func(argv [][]byte, proto int) []byte {
 			return s.scriptCommand(ctx, scl, tx, sk, run, readOnly, argv, proto)
 		},
 		ACLCheck: func(argv [][]byte) (allowed, known bool) {
 			return s.aclAllows(scl, argv)
+		},
+		ErrorReply: func(msg string, counted bool) {
+			if !counted {
+				s.countError(msg)
+			}
+			failed = true
 		}})
 	stopped := context.Cause(ctx) != nil
 	end()
@@ -226,6 +233,11 @@ func (c *call) runScript(fn string, readOnly bool, exec func(context.Context, sc
 			return
 		}
 		s.publishEvents(tx.events)
+	}
+	if failed {
+		// A script whose reply holds an error failed, as Redis counts
+		// it (its errors are in errorstats already).
+		c.countFailure()
 	}
 	c.w.raw(reply)
 }
@@ -306,6 +318,7 @@ func (s *Server) scriptCommand(ctx context.Context, scl *conn, tx *txn, sk *scri
 		scl.proto = proto
 		e.calls.Add(1)
 		start := time.Now()
+		c.running = true
 		func() {
 			defer func() {
 				if r := recover(); r != nil {

@@ -576,6 +576,12 @@ func cmdXRead(c *call) {
 		more := len(c.args) - 1 - i
 		switch o := upper(c.args[i]); {
 		case o == "BLOCK" && more > 0:
+			// As Redis: a script cannot block, and says so rather than
+			// answering as if the timeout had passed.
+			if c.inScript() {
+				c.error(fmt.Sprintf("ERR %s command is not allowed with BLOCK option from scripts", c.args[0]))
+				return
+			}
 			n, err := parseInt(c.args[i+1])
 			if err != nil {
 				c.error("ERR timeout is not an integer or out of range")
