@@ -155,7 +155,8 @@ func TestClientGoRedis(t *testing.T) {
 }
 
 // TestClientGoRedisCollections: go-redis on lists, blocking pops, sorted
-// sets and pub/sub, in RESP3 (its default) and RESP2.
+// sets, pub/sub and a stream consumer group, in RESP3 (its default) and
+// RESP2.
 func TestClientGoRedisCollections(t *testing.T) {
 	ts := startServer(t, "")
 	ctx := context.Background()
@@ -221,6 +222,37 @@ func TestClientGoRedisCollections(t *testing.T) {
 			t.Errorf("RESP%d message: %+v, %v", proto, m, err)
 		}
 		sub.Close()
+		// A stream consumer group: a blocked XREADGROUP woken by XADD,
+		// XACK, XAUTOCLAIM of what another consumer left pending.
+		if err := rdb.XGroupCreateMkStream(ctx, k+"s", "g", "$").Err(); err != nil {
+			t.Fatalf("RESP%d XGROUP CREATE MKSTREAM: %v", proto, err)
+		}
+		sdone := make(chan []redis.XStream, 1)
+		go func() {
+			v, _ := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "a", Streams: []string{k + "s", ">"}, Count: 1, Block: 30 * time.Second}).Result()
+			sdone <- v
+		}()
+		waitBlockedClients(t, ic, 1)
+		id, err := ts.client().XAdd(ctx, &redis.XAddArgs{Stream: k + "s", Values: []string{"job", "1"}}).Result()
+		if err != nil {
+			t.Fatalf("RESP%d XADD: %v", proto, err)
+		}
+		if v := <-sdone; len(v) != 1 || v[0].Stream != k+"s" || len(v[0].Messages) != 1 || v[0].Messages[0].ID != id || v[0].Messages[0].Values["job"] != "1" {
+			t.Errorf("RESP%d XREADGROUP woken by XADD %s: %+v", proto, id, v)
+		}
+		id2 := rdb.XAdd(ctx, &redis.XAddArgs{Stream: k + "s", Values: []string{"job", "2"}}).Val()
+		if v, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "b", Streams: []string{k + "s", ">"}, Block: -1}).Result(); err != nil || len(v) != 1 || len(v[0].Messages) != 1 || v[0].Messages[0].ID != id2 {
+			t.Errorf("RESP%d XREADGROUP of %s: %+v, %v", proto, id2, v, err)
+		}
+		if n, err := rdb.XAck(ctx, k+"s", "g", id).Result(); err != nil || n != 1 {
+			t.Errorf("RESP%d XACK: %d, %v", proto, n, err)
+		}
+		if ms, next, err := rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: k + "s", Group: "g", Consumer: "c", Start: "0-0"}).Result(); err != nil || next != "0-0" || len(ms) != 1 || ms[0].ID != id2 || ms[0].Values["job"] != "2" {
+			t.Errorf("RESP%d XAUTOCLAIM: %+v, %q, %v", proto, ms, next, err)
+		}
+		if p, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: k + "s", Group: "g", Start: "-", End: "+", Count: 10}).Result(); err != nil || len(p) != 1 || p[0].Consumer != "c" || p[0].RetryCount != 2 {
+			t.Errorf("RESP%d XPENDING after XAUTOCLAIM: %+v, %v", proto, p, err)
+		}
 		ic.Close()
 		rdb.Close()
 	}

@@ -574,6 +574,58 @@ func TestRedisBenchmark(t *testing.T) {
 	}
 }
 
+// TestRedisBenchmarkDefaultList runs redis-benchmark's whole default test
+// list (no -t: strings, lists, sets, hashes, sorted sets, LRANGE_*, MSET,
+// and XADD where its version has it) to the end: every line it prints is a
+// result, none an error, and the list and hash it wrote read back. 600
+// requests, so that LRANGE_600 has 600 elements to read.
+func TestRedisBenchmarkDefaultList(t *testing.T) {
+	bin := tool(t, "redis-benchmark")
+	ts := startServer(t, "")
+	ctx := context.Background()
+	const n = 600
+	// RESP2, then RESP3 (-3: HELLO 3 first).
+	for _, resp := range [][]string{nil, {"-3"}} {
+		ts.client().FlushAll(ctx)
+		args := append([]string{"-h", "127.0.0.1", "-p", ts.port(), "-n", fmt.Sprint(n), "-c", "20", "-q"}, resp...)
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		out, err := exec.CommandContext(cctx, bin, args...).CombinedOutput()
+		cancel()
+		lines := summary(out)
+		t.Logf("redis-benchmark %s:\n%s", strings.Join(args, " "), lines)
+		if err != nil {
+			t.Fatalf("redis-benchmark %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		result := regexp.MustCompile(`^(.+): [0-9.]+ requests per second`)
+		var names []string
+		for _, l := range strings.Split(lines, "\n") {
+			m := result.FindStringSubmatch(l)
+			if m == nil {
+				t.Fatalf("redis-benchmark %s printed %q, not a result", strings.Join(args, " "), l)
+			}
+			names = append(names, m[1])
+		}
+		// Redis 7.0's default list, in its order; a later version may
+		// add tests (7.2: XADD) after them.
+		want := []string{"PING_INLINE", "PING_MBULK", "SET", "GET", "INCR", "LPUSH", "RPUSH", "LPOP", "RPOP", "SADD", "HSET", "SPOP", "ZADD", "ZPOPMIN",
+			"LPUSH (needed to benchmark LRANGE)", "LRANGE_100 (first 100 elements)", "LRANGE_300 (first 300 elements)", "LRANGE_500 (first 500 elements)", "LRANGE_600 (first 600 elements)", "MSET (10 keys)"}
+		if len(names) < len(want) || !slices.Equal(names[:len(want)], want) {
+			t.Fatalf("redis-benchmark %s ran %q, want %q first", strings.Join(args, " "), names, want)
+		}
+		// Every test writes the same 3-byte value (-d 3). LPUSH and RPUSH
+		// push n each, LPOP and RPOP pop them, then LRANGE's LPUSH pushes
+		// n: n of them left.
+		rdb := ts.client()
+		v, err := rdb.HGet(ctx, "myhash", "element:__rand_int__").Result()
+		if err != nil || len(v) != 3 {
+			t.Errorf("after redis-benchmark %s: HGET myhash = %q, %v", strings.Join(args, " "), v, err)
+		}
+		if got, err := rdb.LRange(ctx, "mylist", 0, -1).Result(); err != nil || len(got) != n || slices.ContainsFunc(got, func(e string) bool { return e != v }) {
+			t.Errorf("after redis-benchmark %s: mylist has %d elements (%.3q), %v", strings.Join(args, " "), len(got), got[:min(3, len(got))], err)
+		}
+	}
+}
+
 // TestMaxValue: a value over the array's largest value gets an error and
 // the connection goes on, both when it is read (up to the bulk limit) and
 // when it is dropped as it arrives (over it).

@@ -1,8 +1,9 @@
 // Package lincheck records what concurrent clients of a Redis-protocol
 // key-value service saw (SET, GET, DEL; HSET, HGET, HDEL of one field;
 // SADD, SREM, SISMEMBER of one member; ZADD, ZSCORE, ZREM of one member;
-// RPUSH, LPOP and LRANGE of a list; a Lua script's read-modify-write of a
-// key (EVAL: GET then SET, returning the old value); with their
+// RPUSH, LPOP and LRANGE of a list; XADD, XLEN and XRANGE of a stream; a
+// Lua script's read-modify-write of a key (EVAL: GET then SET, returning
+// the old value); with their
 // invocation and return
 // times) and checks the history for linearizability with
 // github.com/anishathalye/porcupine, against a model in which every key,
@@ -10,9 +11,12 @@
 // sorted set is a register that holds a value (a set member: "member"; a
 // sorted set member: its score) or nothing, and every list is a queue
 // of the values pushed (RPUSH's reply is the queue's new length, LPOP
-// takes its head, LRANGE 0 -1 reads it whole). Hashes, sets, sorted sets
-// and lists live under keys of their own (HashKey, SetKey, ZSetKey,
-// ListKey), so no command meets a value of another type. Tests use it to show that
+// takes its head, LRANGE 0 -1 reads it whole), and every stream is a log
+// of the entries added (an XADD's ID is above every ID the stream held
+// before it, XLEN counts the entries, XRANGE - + reads them all, in
+// order, each ID as its XADD answered). Hashes, sets, sorted sets, lists
+// and streams live under keys of their own (HashKey, SetKey, ZSetKey,
+// ListKey, StreamKey), so no command meets a value of another type. Tests use it to show that
 // kvarray serves as one correct key-value store while its devices fail,
 // hang and come back.
 //
@@ -64,6 +68,9 @@ const (
 	LPop      // LPOP key: Found, Value the id popped
 	LRange    // LRANGE key 0 -1: Value the ids, comma-separated
 	Swap      // EVAL of swapScript: SET key Value, returning the old value as a Get does
+	XAdd      // XADD key * v value: Value is the value's id; the Output's Value the entry ID
+	XLen      // XLEN key: Deleted is the length
+	XRange    // XRANGE key - +: Value the entries as ID=value id, comma-separated
 )
 
 // swapScript is Swap's script: a read and a write that only run as one
@@ -72,11 +79,11 @@ const (
 const swapScript = "local old = redis.call('get', KEYS[1]); redis.call('set', KEYS[1], ARGV[1]); return old"
 
 // kinds are the kinds, in order, for reports.
-var kinds = []Kind{Set, Get, Del, HSet, HGet, HDel, SAdd, SIsMember, SRem, ZAdd, ZScore, ZRem, RPush, LPop, LRange, Swap}
+var kinds = []Kind{Set, Get, Del, HSet, HGet, HDel, SAdd, SIsMember, SRem, ZAdd, ZScore, ZRem, RPush, LPop, LRange, Swap, XAdd, XLen, XRange}
 
 var kindNames = map[Kind]string{Set: "SET", Get: "GET", Del: "DEL", HSet: "HSET", HGet: "HGET", HDel: "HDEL",
 	SAdd: "SADD", SIsMember: "SISMEMBER", SRem: "SREM", ZAdd: "ZADD", ZScore: "ZSCORE", ZRem: "ZREM",
-	RPush: "RPUSH", LPop: "LPOP", LRange: "LRANGE", Swap: "EVAL(GET+SET)"}
+	RPush: "RPUSH", LPop: "LPOP", LRange: "LRANGE", Swap: "EVAL(GET+SET)", XAdd: "XADD", XLen: "XLEN", XRange: "XRANGE"}
 
 func (k Kind) String() string {
 	if n, ok := kindNames[k]; ok {
@@ -87,7 +94,7 @@ func (k Kind) String() string {
 
 // reads reports whether k changes nothing.
 func (k Kind) reads() bool {
-	return k == Get || k == HGet || k == SIsMember || k == ZScore || k == LRange
+	return k == Get || k == HGet || k == SIsMember || k == ZScore || k == LRange || k == XLen || k == XRange
 }
 
 // Input is an operation as invoked: for Set and HSet, Value is the id of
@@ -121,6 +128,9 @@ func ZSetKey(k string) string { return "z:" + k }
 
 // ListKey: see HashKey.
 func ListKey(k string) string { return "l:" + k }
+
+// StreamKey: see HashKey.
+func StreamKey(k string) string { return "x:" + k }
 
 // zmember is the sorted set member Client uses for field: half of them
 // longer than zset-max-listpack-value (64), so that a sorted set that
@@ -218,6 +228,20 @@ var Model = porcupine.Model{
 			return s == "", s
 		case LRange:
 			return out.Value == s, s
+		case XAdd:
+			if out.Unknown {
+				// Added or not, under an ID nobody was told: an XRANGE
+				// that reads it names it.
+				return true, appendEntry(s, unknownID+"="+in.Value)
+			}
+			return idBelow(lastID(s), out.Value), appendEntry(s, out.Value+"="+in.Value)
+		case XLen:
+			return out.Deleted == int64(countEntries(s)), s
+		case XRange:
+			if !sameEntries(s, out.Value) {
+				return false, s
+			}
+			return true, out.Value
 		case Del, HDel, SRem, ZRem:
 			if out.Unknown {
 				return true, ""
@@ -240,6 +264,10 @@ var Model = porcupine.Model{
 			return fmt.Sprintf("RPUSH %s %s -> %d", reg, in.Value, out.Deleted)
 		case in.Kind == LRange:
 			return fmt.Sprintf("LRANGE %s -> [%s]", reg, out.Value)
+		case in.Kind == XAdd:
+			return fmt.Sprintf("XADD %s %s -> %s", reg, in.Value, out.Value)
+		case in.Kind == XRange:
+			return fmt.Sprintf("XRANGE %s -> [%s]", reg, out.Value)
 		case in.Kind == Swap && !out.Found:
 			return fmt.Sprintf("%v %s %s -> nil", in.Kind, reg, in.Value)
 		case in.Kind == Swap:
@@ -257,6 +285,81 @@ var Model = porcupine.Model{
 		}
 		return state.(string)
 	},
+}
+
+// unknownID stands in a stream's state for the ID of an entry whose XADD
+// failed (it may have been added).
+const unknownID = "?"
+
+func appendEntry(s, e string) string {
+	if s == "" {
+		return e
+	}
+	return s + "," + e
+}
+
+func countEntries(s string) int {
+	if s == "" {
+		return 0
+	}
+	return strings.Count(s, ",") + 1
+}
+
+// lastID is the ID of the last entry of stream state s whose ID is known,
+// "0-0" if none is: an XADD's ID must be above it (and above an unknown
+// one's too, which this does not check).
+func lastID(s string) string {
+	for s != "" {
+		var e string
+		if i := strings.LastIndexByte(s, ','); i >= 0 {
+			s, e = s[:i], s[i+1:]
+		} else {
+			s, e = "", s
+		}
+		if id, _, _ := strings.Cut(e, "="); id != unknownID {
+			return id
+		}
+	}
+	return "0-0"
+}
+
+// streamID parses an entry ID, ms-seq.
+func streamID(id string) (ms, seq uint64, ok bool) {
+	a, b, cut := strings.Cut(id, "-")
+	ms, err1 := strconv.ParseUint(a, 10, 64)
+	seq, err2 := strconv.ParseUint(b, 10, 64)
+	return ms, seq, cut && err1 == nil && err2 == nil
+}
+
+// idBelow reports whether entry ID a is below b (false if b is no ID).
+func idBelow(a, b string) bool {
+	ams, aseq, _ := streamID(a)
+	bms, bseq, ok := streamID(b)
+	return ok && (ams < bms || ams == bms && aseq < bseq)
+}
+
+// sameEntries reports whether an XRANGE that read got (ID=value id, comma
+// separated) can have read stream state s: the same values in the same
+// order, each known ID the same, and the IDs increasing.
+func sameEntries(s, got string) bool {
+	if countEntries(s) != countEntries(got) {
+		return false
+	}
+	if s == "" {
+		return true
+	}
+	prev := "0-0"
+	wants := strings.Split(s, ",")
+	for i, e := range strings.Split(got, ",") {
+		want := wants[i]
+		id, v, _ := strings.Cut(e, "=")
+		wid, wv, _ := strings.Cut(want, "=")
+		if v != wv || wid != unknownID && wid != id || !idBelow(prev, id) {
+			return false
+		}
+		prev = id
+	}
+	return true
 }
 
 // Value returns the bytes of the value with the given id and size: the id,
@@ -417,8 +520,8 @@ func randomSize(rng *rand.Rand) int {
 
 // Client runs operations on random keys through rdb until ctx is done or
 // ops operations have run, recording each in rec as client cid. Operations
-// are 26% SET, 20% GET, 8% DEL and 4% Swap (a script) of string
-// keys; 8% HSET, 6% HGET and
+// are 21% SET, 20% GET, 8% DEL and 4% Swap (a script) of string
+// keys; 3% XADD, 1% XLEN and 1% XRANGE - + of its stream (StreamKey); 8% HSET, 6% HGET and
 // 2% HDEL of one of Fields fields of the key's hash (HashKey); 4% SADD,
 // 3% SISMEMBER and 2% SREM of one of Fields members of its set (SetKey);
 // 5% ZADD, 3% ZSCORE and 2% ZREM of one of Fields members of its sorted
@@ -441,10 +544,19 @@ func Client(ctx context.Context, rdb *redis.Client, rec *Recorder, cid int, keys
 			in.Kind, in.Value = Swap, id
 			old, e := rdb.Eval(ctx, swapScript, []string{key}, Value(in.Value, randomSize(rng))).Text()
 			out, err = found([]byte(old), e)
-		case x < 30:
+		case x < 25:
 			in.Kind = Set
 			in.Value = id
 			err = rdb.Set(ctx, key, Value(in.Value, randomSize(rng)), 0).Err()
+		case x < 28:
+			in = Input{Kind: XAdd, Key: StreamKey(key), Value: id}
+			out.Value, err = rdb.XAdd(ctx, &redis.XAddArgs{Stream: in.Key, Values: []any{"v", Value(in.Value, 16+rng.IntN(200))}}).Result()
+		case x < 29:
+			in = Input{Kind: XLen, Key: StreamKey(key)}
+			out.Deleted, err = rdb.XLen(ctx, in.Key).Result()
+		case x < 30:
+			in = Input{Kind: XRange, Key: StreamKey(key)}
+			out, err = xrange(rdb.XRange(ctx, in.Key, "-", "+").Result())
 		case x < 50:
 			in.Kind = Get
 			out, err = found(rdb.Get(ctx, key).Bytes())
@@ -524,6 +636,17 @@ func lrange(vs []string, err error) (Output, error) {
 	return Output{Found: true, Value: strings.Join(ids, ",")}, err
 }
 
+// xrange is an XRANGE - +'s Output: its entries as ID=value id (an entry
+// whose field v is no value written reads as "corrupt: ...").
+func xrange(ms []redis.XMessage, err error) (Output, error) {
+	es := make([]string, len(ms))
+	for i, m := range ms {
+		v, _ := m.Values["v"].(string)
+		es[i] = m.ID + "=" + ID([]byte(v))
+	}
+	return Output{Found: true, Value: strings.Join(es, ",")}, err
+}
+
 // Fields is how many fields (and members) the hash (and set) beside each
 // key has in Client's workload: few, so that operations meet.
 const Fields = 4
@@ -541,7 +664,7 @@ func found(b []byte, err error) (Output, error) {
 
 // ReadAll has client id read, as part of the history, every key of keys,
 // every field of its hash, every member of its set and of its sorted set,
-// and its list; it returns the errors of the reads that failed (which
+// its list and its stream (XRANGE and XLEN); it returns the errors of the reads that failed (which
 // then observed nothing).
 func ReadAll(ctx context.Context, rdb *redis.Client, rec *Recorder, id int, keys []string) error {
 	var errs []error
@@ -574,6 +697,13 @@ func ReadAll(ctx context.Context, rdb *redis.Client, rec *Recorder, id int, keys
 		}
 		read(Input{Kind: LRange, Key: ListKey(k)}, func() (Output, error) {
 			return lrange(rdb.LRange(ctx, ListKey(k), 0, -1).Result())
+		})
+		read(Input{Kind: XRange, Key: StreamKey(k)}, func() (Output, error) {
+			return xrange(rdb.XRange(ctx, StreamKey(k), "-", "+").Result())
+		})
+		read(Input{Kind: XLen, Key: StreamKey(k)}, func() (Output, error) {
+			n, err := rdb.XLen(ctx, StreamKey(k)).Result()
+			return Output{Deleted: n}, err
 		})
 	}
 	return errors.Join(errs...)

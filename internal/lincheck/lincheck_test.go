@@ -58,7 +58,9 @@ func check(t *testing.T, steps []step) porcupine.CheckResult {
 // TestModel: the checker accepts what a correct store may do and rejects
 // a stale read, a lost acknowledged write, a wrong DEL count and a value
 // nobody wrote, for keys, hash fields and set members; and two scripted
-// read-modify-writes that both read the same value (not atomic).
+// read-modify-writes that both read the same value (not atomic); and for
+// streams, an XADD ID not above the stream's last, an acknowledged entry
+// lost, moved or read under another ID, a wrong XLEN.
 func TestModel(t *testing.T) {
 	set := func(c int, k, v string, call, ret int64) step {
 		return step{client: c, in: Input{Kind: Set, Key: k, Value: v}, call: call, ret: ret}
@@ -109,6 +111,17 @@ func TestModel(t *testing.T) {
 	lrange := func(c int, vs string, call, ret int64) step {
 		return step{client: c, in: Input{Kind: LRange, Key: "l"}, call: call, ret: ret, out: Output{Found: true, Value: vs}}
 	}
+	xadd := func(c int, v, id string, call, ret int64) step {
+		return step{client: c, in: Input{Kind: XAdd, Key: "x", Value: v}, call: call, ret: ret, out: Output{Value: id}}
+	}
+	xlen := func(c int, n int64, call, ret int64) step {
+		return step{client: c, in: Input{Kind: XLen, Key: "x"}, call: call, ret: ret, out: Output{Deleted: n}}
+	}
+	xrange := func(c int, es string, call, ret int64) step {
+		return step{client: c, in: Input{Kind: XRange, Key: "x"}, call: call, ret: ret, out: Output{Found: true, Value: es}}
+	}
+	failedXAdd := xadd(0, "b", "", 2, 3)
+	failedXAdd.err = true
 	failedPush := rpush(0, "b", 0, 2, 3)
 	failedPush.err = true
 	failedPop := lpop(1, "", 2, 3)
@@ -153,6 +166,17 @@ func TestModel(t *testing.T) {
 		{"failed push may land late", []step{rpush(0, "a", 1, 0, 1), failedPush, lrange(1, "a", 4, 5), lrange(1, "a,b", 6, 7)}, porcupine.Ok},
 		{"failed pop may have taken the head", []step{rpush(0, "a", 1, 0, 1), failedPop, lrange(1, "", 4, 5)}, porcupine.Ok},
 		{"failed pop takes only the head", []step{rpush(0, "a", 1, 0, 1), rpush(0, "b", 2, 0, 1), failedPop, lrange(1, "a", 4, 5)}, porcupine.Illegal},
+		{"stream log", []step{xadd(0, "a", "5-0", 0, 1), xadd(0, "b", "5-1", 2, 3), xlen(1, 2, 4, 5), xrange(1, "5-0=a,5-1=b", 6, 7)}, porcupine.Ok},
+		{"concurrent XADDs in either order", []step{xadd(0, "a", "7-0", 0, 5), xadd(1, "b", "6-0", 0, 5), xrange(2, "6-0=b,7-0=a", 6, 7)}, porcupine.Ok},
+		{"XADD ID not above the last", []step{xadd(0, "a", "5-1", 0, 1), xadd(0, "b", "5-1", 2, 3)}, porcupine.Illegal},
+		{"XADD ID below an earlier one", []step{xadd(0, "a", "5-1", 0, 1), xadd(0, "b", "4-9", 2, 3)}, porcupine.Illegal},
+		{"entry read under another ID", []step{xadd(0, "a", "5-0", 0, 1), xrange(1, "5-1=a", 2, 3)}, porcupine.Illegal},
+		{"acknowledged entry lost", []step{xadd(0, "a", "5-0", 0, 1), xadd(0, "b", "6-0", 2, 3), xrange(1, "6-0=b", 4, 5)}, porcupine.Illegal},
+		{"entries out of order", []step{xadd(0, "a", "5-0", 0, 1), xadd(0, "b", "6-0", 2, 3), xrange(1, "6-0=b,5-0=a", 4, 5)}, porcupine.Illegal},
+		{"wrong XLEN", []step{xadd(0, "a", "5-0", 0, 1), xlen(1, 0, 2, 3)}, porcupine.Illegal},
+		{"failed XADD may land, under the ID read", []step{xadd(0, "a", "5-0", 0, 1), failedXAdd, xrange(1, "5-0=a,9-3=b", 4, 5), xadd(1, "c", "9-4", 6, 7)}, porcupine.Ok},
+		{"failed XADD may never land", []step{xadd(0, "a", "5-0", 0, 1), failedXAdd, xrange(1, "5-0=a", 4, 5), xlen(1, 1, 6, 7)}, porcupine.Ok},
+		{"a failed XADD's ID, once read, stays", []step{xadd(0, "a", "5-0", 0, 1), failedXAdd, xrange(1, "5-0=a,9-3=b", 4, 5), xrange(1, "5-0=a,9-4=b", 6, 7)}, porcupine.Illegal},
 		{"keys are independent", []step{set(0, "k", "a", 0, 1), set(0, "j", "b", 0, 1), get(1, "j", "b", 2, 3), get(1, "k", "a", 2, 3)}, porcupine.Ok},
 	} {
 		if got := check(t, tc.steps); got != tc.want {

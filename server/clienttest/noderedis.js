@@ -1,8 +1,8 @@
 // node `redis` (v6) on its default settings against kvarray serve: connect,
 // binary GET/SET, pipeline, transaction with WATCH, expiry, INCR,
 // scripts (defineScript, which sends EVALSHA then EVAL; scriptLoad),
-// hashes, sets, lists, sorted sets, blocking pops and pub/sub (RESP2, the
-// default, and RESP3).
+// hashes, sets, lists, sorted sets, blocking pops, pub/sub and a stream
+// consumer group (RESP2, the default, and RESP3).
 // Usage: node noderedis.js PORT. Prints "ok", or what failed and exits 1.
 const { createClient, commandOptions, defineScript } = require('redis');
 
@@ -64,21 +64,12 @@ async function main() {
   let wrong = false;
   try { await c.get('node:set'); } catch (e) { wrong = /^WRONGTYPE/.test(e.message); }
   check(wrong, 'WRONGTYPE');
-  // A consumer group as a job queue.
-  await c.del('node:jobs');
-  await c.xGroupCreate('node:jobs', 'workers', '$', { MKSTREAM: true });
-  const ids = [];
-  for (let i = 0; i < 4; i++) ids.push(await c.xAdd('node:jobs', '*', { n: String(i) }));
-  const read = await c.xReadGroup('workers', 'alice', { key: 'node:jobs', id: '>' }, { COUNT: 2 });
-  check(read[0].messages.map((m) => m.id).join() === ids.slice(0, 2).join(), `XREADGROUP ${JSON.stringify(read)}`);
-  check(await c.xAck('node:jobs', 'workers', ids[0]) === 1, 'XACK');
-  const ac = await c.xAutoClaim('node:jobs', 'workers', 'bob', 0, '0-0');
-  check(ac.messages.length === 1 && ac.messages[0].id === ids[1], `XAUTOCLAIM ${JSON.stringify(ac)}`);
-  check(await c.xLen('node:jobs') === 4, 'XLEN');
   await other.quit();
   await c.quit();
   await listsAndSortedSets(2);
   await listsAndSortedSets(3);
+  await streams(2);
+  await streams(3);
 }
 
 // waitBlocked waits until INFO shows a blocked client.
@@ -138,6 +129,57 @@ async function listsAndSortedSets(resp) {
   await sub.unsubscribe(k + 'ch');
   check(await c.publish(k + 'ch', 'gone') === 0, 'PUBLISH after UNSUBSCRIBE');
   await sub.quit();
+  await b.quit();
+  await c.quit();
+}
+
+// entries is what an XREAD(GROUP) reply holds for key: node's redis
+// answers [{name, messages}] in RESP2 and a map of key to messages in
+// RESP3 (an object, or a Map), as it does against Redis.
+function entries(reply, key) {
+  if (Array.isArray(reply)) {
+    check(reply.length === 1 && reply[0].name === key, `XREADGROUP reply ${JSON.stringify(reply)}`);
+    return reply[0].messages;
+  }
+  const m = reply instanceof Map ? reply.get(key) : reply && reply[key];
+  check(Array.isArray(m), `XREADGROUP reply ${JSON.stringify(reply)}`);
+  return m.map((e) => (Array.isArray(e) ? { id: e[0], message: Object.fromEntries(toPairs(e[1])) } : e));
+}
+
+function toPairs(fields) {
+  if (!Array.isArray(fields)) return Object.entries(fields);
+  const out = [];
+  for (let i = 0; i < fields.length; i += 2) out.push([fields[i], fields[i + 1]]);
+  return out;
+}
+
+// streams: a consumer group as a job queue, a blocked XREADGROUP woken by
+// XADD, XACK, XAUTOCLAIM.
+async function streams(resp) {
+  const c = createClient({ url: `redis://127.0.0.1:${port}`, RESP: resp });
+  c.on('error', (e) => { console.log('FAIL: client error', e.message); process.exit(1); });
+  await c.connect();
+  const k = `node${resp}:jobs`;
+  await c.del(k);
+  await c.xGroupCreate(k, 'workers', '$', { MKSTREAM: true });
+  const ids = [];
+  for (let i = 0; i < 4; i++) ids.push(await c.xAdd(k, '*', { n: String(i) }));
+  let read = entries(await c.xReadGroup('workers', 'alice', { key: k, id: '>' }, { COUNT: 2 }), k);
+  check(read.map((m) => m.id).join() === ids.slice(0, 2).join() && read[0].message.n === '0', `XREADGROUP ${JSON.stringify(read)}`);
+  check(await c.xAck(k, 'workers', ids[0]) === 1, 'XACK');
+  const ac = await c.xAutoClaim(k, 'workers', 'bob', 0, '0-0');
+  check(ac.nextId === '0-0' && ac.messages.length === 1 && ac.messages[0].id === ids[1] && ac.messages[0].message.n === '1', `XAUTOCLAIM ${JSON.stringify(ac)}`);
+  check(await c.xLen(k) === 4, 'XLEN');
+  await c.xReadGroup('workers', 'alice', { key: k, id: '>' });
+  const b = c.duplicate();
+  await b.connect();
+  const blocked = b.xReadGroup('workers', 'carol', { key: k, id: '>' }, { COUNT: 1, BLOCK: 30000 });
+  await waitBlocked(c);
+  const id = await c.xAdd(k, '*', { n: 'late' });
+  read = entries(await blocked, k);
+  check(read.length === 1 && read[0].id === id && read[0].message.n === 'late', `XREADGROUP BLOCK woken by XADD ${JSON.stringify(read)}`);
+  const p = await c.xPending(k, 'workers');
+  check(p.pending === 4 && p.firstId === ids[1] && p.lastId === id, `XPENDING ${JSON.stringify(p)}`);
   await b.quit();
   await c.quit();
 }

@@ -1,7 +1,7 @@
 """redis-py on its default settings (RESP3 since 8.0) against kvarray serve,
 sync and asyncio: connect, binary GET/SET, pipeline, transaction with WATCH,
-expiry, INCR, hashes, sets, lists, sorted sets, blocking pops and pub/sub
-(RESP3 and RESP2). Usage: python3 redispy.py PORT. Prints "ok" and exits 0, or
+expiry, INCR, hashes, sets, lists, sorted sets, blocking pops, pub/sub and a
+stream consumer group (RESP3 and RESP2). Usage: python3 redispy.py PORT. Prints "ok" and exits 0, or
 prints what failed and exits 1."""
 import asyncio
 import sys
@@ -131,23 +131,41 @@ def scripting():
     r.close()
 
 
-def streams():
-    """A consumer group as a job queue: XADD, XREADGROUP, XACK, XAUTOCLAIM."""
-    r = redis.Redis(port=PORT)
-    r.delete("py:jobs")
-    r.xgroup_create("py:jobs", "workers", id="$", mkstream=True)
-    ids = [r.xadd("py:jobs", {"n": str(i)}) for i in range(5)]
-    check(r.xlen("py:jobs") == 5, "XLEN")
-    got = r.xreadgroup("workers", "alice", {"py:jobs": ">"}, count=3)
-    check([m[0] for m in got[0][1]] == ids[:3], f"XREADGROUP {got}")
-    check(r.xack("py:jobs", "workers", ids[0], ids[1]) == 2, "XACK")
-    pending = r.xpending("py:jobs", "workers")
+def streams(protocol):
+    """A consumer group as a job queue: XADD, XREADGROUP (blocked, woken by
+    an XADD), XACK, XAUTOCLAIM."""
+    r = redis.Redis(port=PORT, protocol=protocol)
+    k = f"py{protocol}:jobs"
+    r.delete(k)
+    r.xgroup_create(k, "workers", id="$", mkstream=True)
+    ids = [r.xadd(k, {"n": str(i)}) for i in range(5)]
+    check(r.xlen(k) == 5, "XLEN")
+    got = entries(r.xreadgroup("workers", "alice", {k: ">"}, count=3), k)
+    check([m[0] for m in got] == ids[:3] and got[0][1] == {b"n": b"0"}, f"XREADGROUP {got}")
+    check(r.xack(k, "workers", ids[0], ids[1]) == 2, "XACK")
+    pending = r.xpending(k, "workers")
     check(pending["pending"] == 1 and pending["min"] == ids[2], f"XPENDING {pending}")
-    nxt, claimed, deleted = r.xautoclaim("py:jobs", "workers", "bob", 0, "0-0")
-    check([m[0] for m in claimed] == [ids[2]] and deleted == [], f"XAUTOCLAIM {claimed}")
-    check(r.xrevrange("py:jobs", count=1)[0][0] == ids[4], "XREVRANGE")
-    check(r.xtrim("py:jobs", maxlen=2, approximate=False) == 3, "XTRIM")
+    nxt, claimed, deleted = r.xautoclaim(k, "workers", "bob", 0, "0-0")
+    check(nxt == b"0-0" and [m[0] for m in claimed] == [ids[2]] and deleted == [], f"XAUTOCLAIM {claimed}")
+    check(r.xrevrange(k, count=1)[0][0] == ids[4], "XREVRANGE")
+    r.xreadgroup("workers", "alice", {k: ">"})
+    added = {}
+    t = push_later(k, lambda c: added.update(id=c.xadd(k, {"n": "late"})))
+    got = entries(r.xreadgroup("workers", "carol", {k: ">"}, count=1, block=30000), k)
+    t.join()
+    check([m[0] for m in got] == [added["id"]] and got[0][1] == {b"n": b"late"}, f"XREADGROUP BLOCK woken by XADD {got}")
+    check(r.xtrim(k, maxlen=2, approximate=False) == 4, "XTRIM")
     r.close()
+
+
+def entries(reply, key):
+    """The entries of key in an XREAD(GROUP) reply: redis-py answers
+    [[key, entries]] in RESP2 and {key: [entries]} in RESP3, as it does
+    against Redis."""
+    if isinstance(reply, dict):
+        return reply[key.encode()][0]
+    check(len(reply) == 1 and reply[0][0] == key.encode(), f"XREADGROUP reply {reply}")
+    return reply[0][1]
 
 
 def push_later(key, fn):
@@ -215,7 +233,8 @@ def lists_and_sorted_sets(protocol):
 
 try:
     sync_client()
-    streams()
+    streams(3)
+    streams(2)
     lists_and_sorted_sets(3)
     lists_and_sorted_sets(2)
     asyncio.run(async_client())
