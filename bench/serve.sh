@@ -23,7 +23,9 @@
 #        16 50 16 50000; xrange100 16 16 1 5000"); evalsha_getset, EVALSHA
 #        of a script doing one GET and one SET, and evalsha_release, EVALSHA
 #        of redis-py's Lock release script, on random keys)
-# Needs redis-server and redis-benchmark. Takes about 3 minutes.
+#        hget, hgetall100 (HGETALL of a 100-field hash) and sismember
+#        read what hset and sadd fill.
+# Needs redis-server and redis-benchmark. Takes about 8 minutes.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
@@ -50,6 +52,9 @@ run() {
   # on the sorted set its zadd test fills (myzset, element:N members).
   local what=(-t "$t")
   case $t in
+  hget) what=(HGET myhash element:__rand_int__) ;;
+  hgetall100) what=(HGETALL hash100) ;;
+  sismember) what=(SISMEMBER myset element:__rand_int__) ;;
   zscore) what=(ZSCORE myzset element:__rand_int__) ;;
   zrange100) what=(ZRANGE myzset 0 99 WITHSCORES) ;;
   zrangebyscore) what=(ZRANGEBYSCORE myzset 0 50000 LIMIT 0 10) ;;
@@ -70,12 +75,19 @@ run() {
 # SHA1 on both): one GET and one SET, and redis-py's Lock release.
 getset="redis.call('get', KEYS[1]); return redis.call('set', KEYS[1], ARGV[1])"
 release="local token = redis.call('get', KEYS[1]) if not token or token ~= ARGV[1] then return 0 end redis.call('del', KEYS[1]) return 1"
+# hgetall100 reads hash100, of 100 fields, made here on both.
+fields=()
+for i in $(seq 1 100); do fields+=("field:$i" "value:$i"); done
 for port in $kport $rport; do
   sha_getset=$(redis-cli -p "$port" SCRIPT LOAD "$getset")
   sha_release=$(redis-cli -p "$port" SCRIPT LOAD "$release")
+  redis-cli -p "$port" HSET hash100 "${fields[@]}" >/dev/null
 done
 
-loads=${LOADS:-"set 4096 16 1 20000; set 4096 50 16 50000; get 4096 16 1 50000; set 65536 16 1 3000; zadd 16 16 1 20000; zadd 16 50 16 50000; zscore 16 16 1 50000; zrange100 16 16 1 5000; zrangebyscore 16 16 1 20000; set 1 16 1 20000; evalsha_getset 1 16 1 20000; evalsha_release 1 16 1 20000"}
+# The collection rows (issue 34) each at 16 connections and at 50 x
+# pipeline 16; the reads after the writes that fill what they read
+# (hset: myhash, sadd: myset, zadd: myzset).
+loads=${LOADS:-"set 4096 16 1 20000; set 4096 50 16 50000; get 4096 16 1 50000; set 65536 16 1 3000; hset 16 16 1 20000; hset 16 50 16 50000; hget 16 16 1 50000; hget 16 50 16 100000; hgetall100 16 16 1 10000; hgetall100 16 50 16 20000; sadd 16 16 1 20000; sadd 16 50 16 50000; sismember 16 16 1 50000; sismember 16 50 16 100000; zadd 16 16 1 20000; zadd 16 50 16 50000; zscore 16 16 1 50000; zscore 16 50 16 100000; zrange100 16 16 1 5000; zrange100 16 50 16 10000; zrangebyscore 16 16 1 20000; zrangebyscore 16 50 16 50000; set 1 16 1 20000; set 1 50 16 50000; evalsha_getset 1 16 1 20000; evalsha_release 1 16 1 20000"}
 printf '%-22s %10s %10s %6s %10s %10s %11s %11s\n' LOAD KVARRAY/S REDIS/S RATIO KV_CPU/OP RD_CPU/OP KV_DISK/OP RD_DISK/OP
 IFS=';' read -ra list <<<"$loads"
 for load in "${list[@]}"; do
