@@ -87,7 +87,7 @@ done
 # The collection rows (issue 34) each at 16 connections and at 50 x
 # pipeline 16; the reads after the writes that fill what they read
 # (hset: myhash, sadd: myset, zadd: myzset).
-loads=${LOADS:-"set 4096 16 1 20000; set 4096 50 16 50000; get 4096 16 1 50000; set 65536 16 1 3000; hset 16 16 1 20000; hset 16 50 16 50000; hget 16 16 1 50000; hget 16 50 16 100000; hgetall100 16 16 1 10000; hgetall100 16 50 16 20000; sadd 16 16 1 20000; sadd 16 50 16 50000; sismember 16 16 1 50000; sismember 16 50 16 100000; zadd 16 16 1 20000; zadd 16 50 16 50000; zscore 16 16 1 50000; zscore 16 50 16 100000; zrange100 16 16 1 5000; zrange100 16 50 16 10000; zrangebyscore 16 16 1 20000; zrangebyscore 16 50 16 50000; set 1 16 1 20000; set 1 50 16 50000; evalsha_getset 1 16 1 20000; evalsha_release 1 16 1 20000"}
+loads=${LOADS:-"set 4096 16 1 20000; set 4096 50 16 50000; get 4096 16 1 50000; set 65536 16 1 3000; hset 16 16 1 5000; hset 16 50 16 5000; hget 16 16 1 50000; hget 16 50 16 100000; hgetall100 16 16 1 10000; hgetall100 16 50 16 20000; sadd 16 16 1 5000; sadd 16 50 16 5000; sismember 16 16 1 50000; sismember 16 50 16 100000; zadd 16 16 1 5000; zadd 16 50 16 5000; zscore 16 16 1 50000; zscore 16 50 16 100000; zrange100 16 16 1 5000; zrange100 16 50 16 10000; zrangebyscore 16 16 1 20000; zrangebyscore 16 50 16 50000; set 1 16 1 20000; set 1 50 16 50000; evalsha_getset 1 16 1 20000; evalsha_release 1 16 1 20000"}
 printf '%-22s %10s %10s %6s %10s %10s %11s %11s\n' LOAD KVARRAY/S REDIS/S RATIO KV_CPU/OP RD_CPU/OP KV_DISK/OP RD_DISK/OP
 IFS=';' read -ra list <<<"$loads"
 for load in "${list[@]}"; do
