@@ -156,7 +156,9 @@ func WithRDBFile(dir, name string) Option {
 // its start (REPLICAOF), authenticating with user and password when
 // password is set (masteruser, masterauth; they serve REPLICAOF too).
 func WithReplicaOf(host string, port int, user, password string) Option {
-	return func(o *options) { o.replicaHost, o.replicaPort, o.masterUser, o.masterPass = host, port, user, password }
+	return func(o *options) {
+		o.replicaHost, o.replicaPort, o.masterUser, o.masterPass = host, port, user, password
+	}
 }
 
 // Option configures New.
@@ -265,9 +267,9 @@ type Server struct {
 	nextID    atomic.Int64
 
 	stats      stats
-	errorStats errorStats // info.go
-	hub        pubsub.Hub // pubsub.go
-	tasks      tasks      // observe.go
+	errorStats errorStats  // info.go
+	hub        pubsub.Hub  // pubsub.go
+	tasks      tasks       // observe.go
 	persist    persistence // replication.go
 	repl       replica
 	bg         sync.WaitGroup // BGSAVE's
