@@ -570,7 +570,7 @@ func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *res
 		c.abortTx()
 		return
 	}
-	if !cl.master && !s.permit(c) {
+	if !s.permit(c) {
 		c.abortTx()
 		return
 	}
