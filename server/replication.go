@@ -49,7 +49,6 @@ const readonlyReply = "READONLY You can't write against a read only replica."
 
 // persistence is the RDB file's state (INFO persistence).
 type persistence struct {
-	dir, file  string
 	inProgress atomic.Bool
 	lastSave   atomic.Int64 // Unix seconds of the last successful save
 	lastOK     atomic.Bool
