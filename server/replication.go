@@ -29,11 +29,15 @@ import (
 //     dbfilename (an export, package transfer); SYNC and PSYNC send one
 //     to the client (redis-cli --rdb). The devices stay the persistence:
 //     a file is a copy to take elsewhere, never loaded at start.
-//   - An export reads each key under its key lock and the transaction
-//     lock shared, one key at a time, so clients are never stalled for
-//     longer than one key's read, and no key is caught half written or
-//     half through a transaction. It is not a fork: a key written during
-//     the export is in the file as it was at the moment it was read.
+//   - An export is the keyspace at its start, as a fork is for Redis, by
+//     copy on write (transfer.Snapshot): it starts when no data command
+//     is in flight (the transaction lock, exclusive for that instant),
+//     then every write keeps the state of the keys it locks (lockKeys,
+//     move) before changing them, until the export has read them. The
+//     export reads each key under its key lock and the transaction lock
+//     shared, one key at a time, so clients wait at most for one key's
+//     read (a writer, for one read of each key it is first to change).
+//     SWAPDB fails the exports in progress.
 //   - REPLICAOF host port makes the server a replica of a Redis master
 //     (replicaLink): a full synchronization (PSYNC ? -1), whose RDB
 //     replaces the keyspace (FLUSHALL, then an import), then the
@@ -71,9 +75,83 @@ func (s *Server) exportLock(ctx context.Context, db int, key []byte) (func(), er
 	return func() { unlock(); s.txmu.RUnlock() }, nil
 }
 
+// snapshots are the exports in progress (transfer.Snapshot).
+type snapshots struct {
+	mu  sync.Mutex
+	all atomic.Pointer[[]*transfer.Snapshot]
+}
+
+// beginSnapshot starts an export's snapshot once no data command is in
+// flight (the transaction lock, exclusive for that instant only): every
+// write after it keeps what it changes for the export.
+func (s *Server) beginSnapshot() (*transfer.Snapshot, func()) {
+	snap := transfer.NewSnapshot()
+	s.txmu.Lock()
+	s.snaps.mu.Lock()
+	all := []*transfer.Snapshot{snap}
+	if old := s.snaps.all.Load(); old != nil {
+		all = append(all, *old...)
+	}
+	s.snaps.all.Store(&all)
+	s.snaps.mu.Unlock()
+	s.txmu.Unlock()
+	return snap, func() {
+		s.snaps.mu.Lock()
+		defer s.snaps.mu.Unlock()
+		var rest []*transfer.Snapshot
+		for _, x := range *s.snaps.all.Load() {
+			if x != snap {
+				rest = append(rest, x)
+			}
+		}
+		if len(rest) == 0 {
+			s.snaps.all.Store(nil)
+			return
+		}
+		s.snaps.all.Store(&rest)
+	}
+}
+
+// preserve keeps keys of db, which a write is about to change, for the
+// exports in progress; the caller holds their locks.
+func (s *Server) preserve(ctx context.Context, db int, keys ...[]byte) {
+	all := s.snaps.all.Load()
+	if all == nil {
+		return
+	}
+	for _, k := range keys {
+		for _, snap := range *all {
+			snap.Preserve(ctx, s.ks, db, k)
+		}
+	}
+}
+
+// errSwappedDuringExport fails an export that SWAPDB overtook.
+var errSwappedDuringExport = errors.New("SWAPDB ran during the export; take it again")
+
+// failSnapshots ends the exports in progress with err: a change they
+// cannot follow (SWAPDB).
+func (s *Server) failSnapshots(err error) {
+	if all := s.snaps.all.Load(); all != nil {
+		for _, snap := range *all {
+			snap.Fail(err)
+		}
+	}
+}
+
+// export writes the keyspace as it is now, as one RDB file, to w.
+func (s *Server) export(ctx context.Context, w io.Writer) error {
+	snap, end := s.beginSnapshot()
+	defer end()
+	_, err := transfer.Export(ctx, s.ks, w, transfer.ExportOptions{Lock: s.exportLock, Snapshot: snap})
+	return err
+}
+
 // save writes the RDB file; one at a time.
 func (s *Server) save(ctx context.Context) error {
-	_, err := transfer.ExportFile(ctx, s.ks, s.rdbPath(), transfer.ExportOptions{Lock: s.exportLock})
+	snap, end := s.beginSnapshot()
+	_, err := transfer.ExportFile(ctx, s.ks, s.rdbPath(), transfer.ExportOptions{Lock: s.exportLock, Snapshot: snap})
+	end()
 	s.persist.lastOK.Store(err == nil)
 	if err != nil {
 		msg := err.Error()
@@ -213,7 +291,7 @@ func cmdSync(c *call) {
 			}
 		}
 	}()
-	_, err = transfer.Export(ctx, c.s.ks, f, transfer.ExportOptions{Lock: c.s.exportLock})
+	err = c.s.export(ctx, f)
 	close(done)
 	if err != nil {
 		fail(err)

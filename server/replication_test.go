@@ -60,10 +60,10 @@ func loadRDB(t *testing.T, path string) string {
 }
 
 // TestSyncUnderLoad: `redis-cli --rdb` against kvarray while clients
-// write, loaded into a real redis-server: every key the writes did not
-// touch is equal, and each key they did is one of the states it went
-// through (a counter the writer had set, a set of members it had added,
-// in order).
+// write, loaded into a real redis-server, is the keyspace at one moment:
+// every key the writes did not touch is equal, and each writer's
+// transactions (set a counter to i, add member i to a set, delete the
+// i-th of its keys) are in the file up to the same i for all three.
 func TestSyncUnderLoad(t *testing.T) {
 	cli := tool(t, "redis-cli")
 	ts := startServer(t, "", WithRDBFile(t.TempDir(), "dump.rdb"))
@@ -71,17 +71,27 @@ func TestSyncUnderLoad(t *testing.T) {
 	want := rdbtest.Read(t, ts.addr, rdbtest.DBs...)
 	c := ts.client()
 	ctx, cancel := context.WithCancel(context.Background())
+	const writers, doomed = 4, 3000
+	for w := range writers {
+		p := c.Pipeline()
+		for j := 1; j <= doomed; j++ {
+			p.Set(ctx, fmt.Sprintf("del:%d:%d", w, j), j, 0)
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var wg sync.WaitGroup
 	var rounds atomic.Int64
-	const writers = 4
 	for w := range writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := int64(1); ctx.Err() == nil; i++ {
-				p := c.Pipeline()
+			for i := 1; i <= doomed && ctx.Err() == nil; i++ {
+				p := c.TxPipeline()
 				p.Set(ctx, fmt.Sprintf("load:%d:str", w), i, 0)
 				p.SAdd(ctx, fmt.Sprintf("load:%d:set", w), fmt.Sprintf("m%d", i))
+				p.Del(ctx, fmt.Sprintf("del:%d:%d", w, i))
 				if _, err := p.Exec(ctx); err != nil && ctx.Err() == nil {
 					t.Errorf("writer %d: %v", w, err)
 					return
@@ -100,31 +110,34 @@ func TestSyncUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatalf("redis-cli --rdb: %v: %s", err, out)
 	}
-	t.Logf("%d rounds of writes while the RDB was made", during)
+	t.Logf("%d transactions while the RDB was made", during)
 	got := rdbtest.Read(t, loadRDB(t, file), rdbtest.DBs...)
 	for w := range writers {
 		str, set := fmt.Sprintf("load:%d:str", w), fmt.Sprintf("load:%d:set", w)
-		final, err := c.Get(context.Background(), str).Int64()
-		if err != nil {
-			t.Fatal(err)
-		}
 		s, ok := got[0][str]
 		if !ok || s.Object.Kind != rdb.String {
 			t.Fatalf("%s missing from the file, or not a string", str)
 		}
-		n, err := strconv.ParseInt(string(s.Object.Str), 10, 64)
-		if err != nil || n < 1 || n > final {
-			t.Errorf("%s = %q in the file; the writer set 1 to %d", str, s.Object.Str, final)
+		n, err := strconv.Atoi(string(s.Object.Str))
+		if err != nil || n < 1 || n > doomed {
+			t.Fatalf("%s = %q in the file", str, s.Object.Str)
 		}
 		m := got[0][set].Object.Elems
-		if len(m) == 0 || int64(len(m)) > final {
-			t.Errorf("%s has %d members in the file; the writer added 1 to %d", set, len(m), final)
+		if len(m) != n {
+			t.Errorf("%s = %d but %s has %d members in the file: not one moment", str, n, set, len(m))
 		}
 		for i := 1; i <= len(m); i++ {
 			if _, ok := slicesIndex(m, fmt.Sprintf("m%d", i)); !ok {
 				t.Errorf("%s: %d members but no m%d: not a state the set went through", set, len(m), i)
 				break
 			}
+		}
+		for j := 1; j <= doomed; j++ {
+			k := fmt.Sprintf("del:%d:%d", w, j)
+			if _, ok := got[0][k]; ok != (j > n) {
+				t.Errorf("%s = %d, yet %s is in the file: %v", str, n, k, ok)
+			}
+			delete(got[0], k)
 		}
 		delete(got[0], str)
 		delete(got[0], set)

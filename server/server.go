@@ -273,6 +273,7 @@ type Server struct {
 	persist    persistence // replication.go
 	repl       replica
 	bg         sync.WaitGroup // BGSAVE's
+	snaps      snapshots
 }
 
 type stats struct {

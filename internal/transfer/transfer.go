@@ -13,8 +13,8 @@
 //     caller gives for it (ExportOptions.Lock): a key is exported as it
 //     was between two writes of it. With no writer (the CLI: serve does
 //     not hold the array) the file is the array at one point in time;
-//     while a server writes, each key is consistent on its own, and keys
-//     not written during the export are exactly as they were.
+//     while a server writes, a Snapshot (snapshot.go) whose Preserve
+//     every writer calls makes it the keyspace at the snapshot's start.
 //   - An entry of a type the array does not hold is counted and named in
 //     the report, never dropped silently.
 package transfer
@@ -186,6 +186,9 @@ type ExportReport struct {
 // ExportOptions tune Export.
 type ExportOptions struct {
 	Lock Lock
+	// Snapshot, when set, makes the export the keyspace at the
+	// snapshot's start (writers call its Preserve).
+	Snapshot *Snapshot
 	// Done, when set, counts the keys written, for a caller's progress
 	// report.
 	Done *atomic.Int64
@@ -232,7 +235,7 @@ func Export(ctx context.Context, ks *keyspace.Store, out io.Writer, o ExportOpti
 		done = new(atomic.Int64)
 	}
 	w := rdb.NewFileWriter(out)
-	err := exportKeys(ctx, ks, w, o.Lock, &rep, done)
+	err := exportKeys(ctx, ks, w, o, &rep, done)
 	if err == nil {
 		err = w.Close()
 	}
@@ -241,30 +244,71 @@ func Export(ctx context.Context, ks *keyspace.Store, out io.Writer, o ExportOpti
 	return rep, err
 }
 
-func exportKeys(ctx context.Context, ks *keyspace.Store, w *rdb.FileWriter, lock Lock, rep *ExportReport, done *atomic.Int64) error {
+func exportKeys(ctx context.Context, ks *keyspace.Store, w *rdb.FileWriter, opt ExportOptions, rep *ExportReport, done *atomic.Int64) error {
 	src := collection.StoreSource(ks)
+	write := func(db int, k []byte, at int64, o rdb.Object) error {
+		if err := w.Write(db, k, at, o); err != nil {
+			return err
+		}
+		rep.ByType[o.Kind.String()]++
+		rep.ByDB[db]++
+		done.Add(1)
+		return nil
+	}
 	for db := range ks.DBs() {
 		keys, err := ks.Keys(ctx, db, nil)
 		if err != nil {
 			return err
 		}
 		for _, k := range keys {
-			o, at, found, err := readKey(ctx, ks, src, db, k, lock)
+			o, at, found, err := readAt(ctx, ks, src, db, k, opt)
 			if err != nil {
 				return fmt.Errorf("db %d key %q: %w", db, TruncKey(k), err)
 			}
 			if !found {
-				continue // expired or deleted since the listing
+				continue // expired, or deleted since the listing
 			}
-			if err := w.Write(db, k, at, o); err != nil {
+			if err := write(db, k, at, o); err != nil {
 				return err
 			}
-			rep.ByType[o.Kind.String()]++
-			rep.ByDB[db]++
-			done.Add(1)
+		}
+		if opt.Snapshot == nil {
+			continue
+		}
+		names, items, err := opt.Snapshot.rest(db)
+		if err != nil {
+			return err
+		}
+		for i, it := range items {
+			if err := write(db, []byte(names[i]), it.at, it.obj); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// readAt reads one key as the export sees it: at the snapshot's start
+// when there is one.
+func readAt(ctx context.Context, ks *keyspace.Store, src collection.Source, db int, k []byte, opt ExportOptions) (rdb.Object, int64, bool, error) {
+	if opt.Snapshot == nil {
+		return readKey(ctx, ks, src, db, k, opt.Lock)
+	}
+	if opt.Lock != nil {
+		unlock, err := opt.Lock(ctx, db, k)
+		if err != nil {
+			return rdb.Object{}, 0, false, err
+		}
+		defer unlock()
+	}
+	it, changed, err := opt.Snapshot.take(db, k)
+	switch {
+	case err != nil:
+		return rdb.Object{}, 0, false, err
+	case changed:
+		return it.obj, it.at, it.found, nil
+	}
+	return readKey(ctx, ks, src, db, k, nil)
 }
 
 // readKey reads one key whole, under its lock when one is given.
