@@ -318,14 +318,16 @@ func cmdSync(c *call) {
 
 // replica is the state of the link to a master (REPLICAOF).
 type replica struct {
-	mu     sync.Mutex // changes of the fields below; REPLICAOF one at a time
-	host   string     // "" when a master
-	port   int
-	stop   context.CancelFunc
-	done   chan struct{}
-	user   string // masteruser, masterauth
-	pass   string
-	replID string // the master's
+	mu   sync.Mutex // changes of the fields below; REPLICAOF one at a time
+	host string     // "" when a master
+	port int
+	stop context.CancelFunc
+	done chan struct{}
+	user string // masteruser, masterauth
+	pass string
+	// replID is the master's, set by the link (which never takes mu:
+	// REPLICAOF holds it while waiting for the link to end).
+	replID atomic.Pointer[string]
 
 	readOnly atomic.Bool // writes from clients are refused
 	linkUp   atomic.Bool
@@ -456,9 +458,7 @@ func (s *Server) follow(ctx context.Context, addr string) error {
 		s.o.errorLog.Printf("kvarray server: the master's RDB held values of types kvarray does not hold, not loaded: %v (keys %q)", n, rep.UnsupportedKeys)
 	}
 	s.touchDB(-1)
-	s.repl.mu.Lock()
-	s.repl.replID = replID
-	s.repl.mu.Unlock()
+	s.repl.replID.Store(&replID)
 	s.repl.offset.Store(offset)
 	s.repl.lastIO.Store(time.Now().UnixNano())
 	s.repl.syncing.Store(false)
@@ -580,8 +580,12 @@ func readCommand(r *bufio.Reader) ([][]byte, int64, error) {
 func (s *Server) infoReplication(b *strings.Builder) {
 	r := &s.repl
 	r.mu.Lock()
-	host, port, replID := r.host, r.port, r.replID
+	host, port := r.host, r.port
 	r.mu.Unlock()
+	replID := ""
+	if p := r.replID.Load(); p != nil {
+		replID = *p
+	}
 	if host == "" {
 		fmt.Fprintf(b, "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_failover_state:no-failover\r\n"+
 			"master_replid:%s\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:%d\r\n"+

@@ -282,3 +282,30 @@ func TestReplicaOfRedis(t *testing.T) {
 		t.Fatalf("SET after promotion: %v", err)
 	}
 }
+
+// TestReplicaOfAuth: a replica from the start (WithReplicaOf, the
+// config's replicaof and masterauth) of a Redis that wants a password
+// follows it; ROLE says so.
+func TestReplicaOfAuth(t *testing.T) {
+	r := redistest.Start(t, "--requirepass", "secret")
+	ctx := context.Background()
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr(), Password: "secret"})
+	t.Cleanup(func() { rc.Close() })
+	if err := rc.Set(ctx, "before", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, "", WithReplicaOf("127.0.0.1", r.Port(), "", "secret"))
+	c := ts.client()
+	await(t, 20*time.Second, "link up", func() bool { return infoField(t, c, "replication", "master_link_status") == "up" })
+	if err := rc.Set(ctx, "after", "2", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	await(t, 20*time.Second, "the write after the sync", func() bool { return c.Get(ctx, "after").Val() == "2" })
+	if got := c.Get(ctx, "before").Val(); got != "1" {
+		t.Fatalf("GET before = %q", got)
+	}
+	role, err := c.Do(ctx, "ROLE").Slice()
+	if err != nil || len(role) != 5 || role[0] != "slave" || role[3] != "connected" {
+		t.Fatalf("ROLE = %v, %v", role, err)
+	}
+}
