@@ -287,8 +287,12 @@ func TestReplicaOfRedis(t *testing.T) {
 // config's replicaof and masterauth) of a Redis that wants a password
 // follows it; ROLE says so.
 func TestReplicaOfAuth(t *testing.T) {
-	r := redistest.Start(t, "--requirepass", "secret")
+	r := redistest.Start(t)
 	ctx := context.Background()
+	// Set after the start: redistest PINGs without a password.
+	if err := rdbtest.Client(t, r.Addr(), 0).ConfigSet(ctx, "requirepass", "secret").Err(); err != nil {
+		t.Fatal(err)
+	}
 	rc := redis.NewClient(&redis.Options{Addr: r.Addr(), Password: "secret"})
 	t.Cleanup(func() { rc.Close() })
 	if err := rc.Set(ctx, "before", "1", 0).Err(); err != nil {
