@@ -4,6 +4,8 @@ import (
 	"net"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 )
 
 // Serve is the part of a config that only `kvarray serve` reads. Every key
@@ -47,6 +49,30 @@ type Serve struct {
 	// LogFormat is "text" (default) or "json": the format of serve's
 	// event log on standard error.
 	LogFormat string `yaml:"log_format,omitempty"`
+	// Dir and DBFilename name the RDB file SAVE and BGSAVE write (Redis's
+	// dir, dbfilename): by default dump.rdb in the config file's
+	// directory. Relative to the config file's directory.
+	Dir        string `yaml:"dir,omitempty"`
+	DBFilename string `yaml:"dbfilename,omitempty"`
+	// ReplicaOf, "HOST PORT", makes serve a replica of that Redis from
+	// its start (REPLICAOF); MasterUser and MasterAuth are what it
+	// authenticates with (Redis's masteruser, masterauth).
+	ReplicaOf  string `yaml:"replicaof,omitempty"`
+	MasterUser string `yaml:"masteruser,omitempty"`
+	MasterAuth string `yaml:"masterauth,omitempty"`
+}
+
+// Replica parses ReplicaOf: its host and port; ok false when unset.
+func (s *Serve) Replica() (host string, port int, ok bool) {
+	f := strings.Fields(s.ReplicaOf)
+	if len(f) != 2 {
+		return "", 0, false
+	}
+	port, err := strconv.Atoi(f[1])
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, false
+	}
+	return f[0], port, true
 }
 
 // User is an ACL user.
@@ -67,6 +93,12 @@ const (
 var userName = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,64}$`)
 
 func (s *Serve) validate(p *problems) {
+	if _, _, ok := s.Replica(); s.ReplicaOf != "" && !ok {
+		p.add("replicaof %q: want \"HOST PORT\", PORT 1 to 65535", s.ReplicaOf)
+	}
+	if strings.ContainsRune(s.DBFilename, '/') {
+		p.add("dbfilename %q: a file name, not a path (the directory is dir)", s.DBFilename)
+	}
 	seen := map[string]bool{"default": true}
 	for i, u := range s.Users {
 		switch {

@@ -20,6 +20,10 @@ tls_key_file: /etc/kvarray/key.pem
 tls_ca_cert_file: ca.pem
 metrics_listen: 127.0.0.1:9380
 log_format: json
+dir: snaps
+dbfilename: kv.rdb
+replicaof: "redis.example 6380"
+masterauth: pw3
 `), "/srv/kv")
 	if err != nil {
 		t.Fatal(err)
@@ -28,6 +32,9 @@ log_format: json
 	if s.Requirepass != "s3cret" || len(s.Users) != 2 || s.Users[1].Role != RoleAdmin || s.Protected() || s.TLSPort != 6390 ||
 		s.MetricsListen != "127.0.0.1:9380" || s.LogFormat != "json" {
 		t.Errorf("parsed %+v", s)
+	}
+	if h, p, ok := s.Replica(); !ok || h != "redis.example" || p != 6380 || s.MasterAuth != "pw3" || c.Path(s.Dir) != "/srv/kv/snaps" || s.DBFilename != "kv.rdb" {
+		t.Errorf("replicaof %q parsed as %s %d %v; dir %s, dbfilename %s", s.ReplicaOf, h, p, ok, c.Path(s.Dir), s.DBFilename)
 	}
 	if got := c.Path(s.TLSCertFile); got != "/srv/kv/cert.pem" {
 		t.Errorf("relative tls_cert_file resolves to %s", got)
@@ -51,6 +58,9 @@ log_format: json
 		{"tls_cert_file: a\n", "need tls_port"},
 		{"metrics_listen: 9380\n", `metrics_listen "9380": want HOST:PORT`},
 		{"log_format: xml\n", `log_format "xml"`},
+		{"replicaof: redis.example\n", `replicaof "redis.example": want "HOST PORT"`},
+		{"replicaof: h 0\n", `replicaof "h 0"`},
+		{"dbfilename: a/b.rdb\n", `dbfilename "a/b.rdb": a file name`},
 	} {
 		_, err := Parse([]byte(devs+c.yaml), "")
 		if err == nil || !strings.Contains(err.Error(), c.want) {

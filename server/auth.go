@@ -171,7 +171,7 @@ func (s *Server) who(cl *conn) *acl.User {
 	if u := cl.user.Load(); u != nil {
 		return u
 	}
-	if isAdminConn(cl.Conn) {
+	if cl.master || isAdminConn(cl.Conn) {
 		return s.acl.Default()
 	}
 	return nil
@@ -258,7 +258,8 @@ func (s *Server) aclAllows(cl *conn, args [][]byte) (allowed, known bool) {
 // connections may run everything.
 func (s *Server) check(cl *conn, u *acl.User, args [][]byte) (acl.Reason, *acl.Command, int) {
 	cmd := s.acl.Table().Resolve(args)
-	if isAdminConn(cl.Conn) {
+	// The CLI's socket and a replica's master run every command.
+	if cl.master || isAdminConn(cl.Conn) {
 		return acl.Allowed, cmd, 0
 	}
 	if cmd == nil {

@@ -254,11 +254,6 @@ func cmdReadonly(c *call) { c.ok() }
 
 // cmdSave: every acknowledged write is already on the devices, so SAVE
 // has nothing to do (not allowed inside MULTI, as in Redis).
-func cmdSave(c *call) { c.ok() }
-
-// cmdLastSave: every write is saved as it is made; the server's start is
-// the last time nothing was unsaved.
-func cmdLastSave(c *call) { c.w.WriteInt64(c.s.started.Unix()) }
 
 // cmdShutdown: kvarray serve stops on SIGINT or SIGTERM, closing the
 // array; SHUTDOWN over the protocol is refused.

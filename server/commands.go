@@ -338,9 +338,9 @@ var commands = []*command{
 
 	// Server.
 	{name: "save", arity: 1, flags: []string{"admin", "noscript", "no_async_loading", "no_multi"}, acl: []string{"admin", "slow", "dangerous"}, group: "server", since: "1.0.0",
-		summary: "OK: every acknowledged write is already durable on the devices.", complexity: "O(1)", run: cmdSave, noTx: true},
+		summary: "Writes every key to the RDB file (CONFIG GET dir, dbfilename); the devices stay the persistence.", complexity: "O(1)", run: cmdSave, noTx: true},
 	{name: "lastsave", arity: 1, flags: []string{"loading", "stale", "fast"}, acl: []string{"admin", "fast", "dangerous"}, group: "server", since: "1.0.0",
-		summary: "The server's start time: writes are durable as they are made.", complexity: "O(1)", run: cmdLastSave},
+		summary: "The time of the last SAVE or BGSAVE that succeeded (the server's start before one).", complexity: "O(1)", run: cmdLastSave},
 	{name: "shutdown", arity: -1, flags: []string{"admin", "noscript", "loading", "stale", "no_multi", "allow_busy"}, acl: []string{"admin", "slow", "dangerous"}, group: "server", since: "1.0.0",
 		summary: "Refused: stop kvarray serve with SIGTERM.", complexity: "O(1)", run: cmdShutdown, noTx: true},
 	{name: "time", arity: 1, flags: []string{"loading", "stale", "fast"}, acl: []string{"fast"}, group: "server", since: "2.6.0",
@@ -583,6 +583,11 @@ func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *res
 		return
 	}
 	if !s.permit(c) {
+		c.abortTx()
+		return
+	}
+	if e.write() && !cl.master && s.repl.readOnly.Load() {
+		c.error(readonlyReply)
 		c.abortTx()
 		return
 	}

@@ -101,6 +101,8 @@ var params = []param{
 	{name: "proto-max-bulk-len", get: func(s *Server) string { return strconv.FormatInt(s.o.maxBulk, 10) }},
 	{name: "client-query-buffer-limit", get: func(s *Server) string { return strconv.FormatInt(s.o.maxRequest, 10) }},
 	{name: "cluster-enabled", get: constant("no")},
+	{name: "dir", get: func(s *Server) string { return s.o.rdbDir }},
+	{name: "dbfilename", get: func(s *Server) string { return s.o.rdbFile }},
 	{name: "hz", get: constant(strconv.Itoa(int(1000 / expiryPeriod.Milliseconds())))},
 }
 

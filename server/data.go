@@ -233,7 +233,9 @@ func (c *call) live(db int, keys [][]byte) ([][]byte, error) {
 	return out, nil
 }
 
-// lockKeys takes the write locks of keys of db (see Server.lock).
+// lockKeys takes the write locks of keys of db (see Server.lock), and
+// keeps the keys for the exports in progress before the command changes
+// them (replication.go).
 func (c *call) lockKeys(db int, keys ...[]byte) (func(), error) {
 	if c.held {
 		return func() {}, nil
@@ -242,7 +244,11 @@ func (c *call) lockKeys(db int, keys ...[]byte) (func(), error) {
 	for i, k := range keys {
 		aks[i] = c.s.ks.Key(db, k)
 	}
-	return c.s.lock(c.ctx, aks...)
+	unlock, err := c.s.lock(c.ctx, aks...)
+	if err == nil {
+		c.s.preserve(c.ctx, db, keys...)
+	}
+	return unlock, err
 }
 
 // forEach runs fn on each index in 0..n-1 concurrently (the array serves

@@ -232,6 +232,8 @@ func (c *call) move(sdb int, src []byte, ddb int, dst []byte, replace, keep bool
 		return false, false
 	}
 	defer unlock()
+	c.s.preserve(c.ctx, sdb, src)
+	c.s.preserve(c.ctx, ddb, dst)
 	v, found, err := c.getAny(sdb, src)
 	if err != nil {
 		c.fail(err)
@@ -504,6 +506,9 @@ func cmdSwapDB(c *call) {
 			c.fail(err)
 			return
 		}
+		// An export in progress lists databases by number: it cannot
+		// follow their keys from one number to the other.
+		c.s.failSnapshots(errSwappedDuringExport)
 		if err := c.s.ks.Swap(c.ctx, int(x), int(y)); err != nil {
 			c.fail(err)
 			return

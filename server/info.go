@@ -76,11 +76,7 @@ func cmdInfo(c *call) {
 				m.HeapAlloc, humanBytes(m.HeapAlloc), m.Sys, m.HeapSys, c.s.maxmemoryPolicy(), float64(m.Sys)/float64(max(m.HeapAlloc, 1)),
 				c.s.scripts.Cached(), c.s.scripts.FunctionCount(), len(c.s.scripts.Libraries()), max(c.s.ks.Garbage().Pending, 0))
 		case "persistence":
-			// The devices are the persistence: every acknowledged write is
-			// on them; there is no RDB or AOF to load or save.
-			fmt.Fprintf(&b, "# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:0\r\nrdb_bgsave_in_progress:0\r\n"+
-				"rdb_last_save_time:%d\r\nrdb_last_bgsave_status:ok\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\n"+
-				"aof_rewrite_scheduled:0\r\naof_last_bgrewrite_status:ok\r\naof_last_write_status:ok\r\n", c.s.started.Unix())
+			c.s.infoPersistence(&b)
 		case "stats":
 			t := &c.s.stats
 			fmt.Fprintf(&b, "# Stats\r\ntotal_connections_received:%d\r\ntotal_commands_processed:%d\r\ninstantaneous_ops_per_sec:0\r\n"+
@@ -89,8 +85,7 @@ func cmdInfo(c *call) {
 				t.connections.Load(), t.commands.Load(), t.rejected.Load(), t.expired.Load(), t.hits.Load(), t.misses.Load(),
 				len(c.s.hub.Names(pubsub.Channel, nil)), c.s.hub.Patterns(), t.errors.Load(), c.s.ks.Garbage().Finished)
 		case "replication":
-			b.WriteString("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_failover_state:no-failover\r\n" +
-				"master_replid:0000000000000000000000000000000000000000\r\nmaster_repl_offset:0\r\nrepl_backlog_active:0\r\n")
+			c.s.infoReplication(&b)
 		case "cpu":
 			c.s.infoCPU(&b)
 		case "cluster":

@@ -273,6 +273,26 @@ func cmdLatency(c *call) {
 }
 
 func cmdRole(c *call) {
+	r := &c.s.repl
+	r.mu.Lock()
+	host, port := r.host, r.port
+	r.mu.Unlock()
+	if host != "" {
+		state := "connect"
+		switch {
+		case r.linkUp.Load():
+			state = "connected"
+		case r.syncing.Load():
+			state = "sync"
+		}
+		c.w.WriteArray(5)
+		c.w.WriteBulkString("slave")
+		c.w.WriteBulkString(host)
+		c.w.WriteInt(port)
+		c.w.WriteBulkString(state)
+		c.w.WriteInt64(r.offset.Load())
+		return
+	}
 	c.w.WriteArray(3)
 	c.w.WriteBulkString("master")
 	c.w.WriteInt(0)

@@ -306,6 +306,8 @@ func (s *Server) scriptCommand(ctx context.Context, scl *conn, tx *txn, sk *scri
 	case slices.Contains(e.flags, "noscript") || refusedInScripts[e.name] || e.noTx || e.exclusive || e.admin():
 		c.error("ERR This Redis command is not allowed from script")
 	case !s.permitScript(c):
+	case e.write() && s.repl.readOnly.Load():
+		c.error(readonlyReply)
 	case readOnly && (e.write() || slices.Contains(e.flags, "may_replicate")):
 		c.error("ERR Write commands are not allowed from read-only scripts.")
 	default:

@@ -79,6 +79,7 @@ import (
 	"io"
 	"log"
 	"net"
+	"os"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -137,6 +138,27 @@ type options struct {
 	// is stored and before its writes: an error stops the commit there,
 	// as a crash would.
 	afterIntent func() error
+	// The RDB file of SAVE and BGSAVE (WithRDBFile), the master to
+	// follow from the start and its credentials (WithReplicaOf).
+	rdbDir, rdbFile        string
+	replicaHost            string
+	replicaPort            int
+	masterUser, masterPass string
+}
+
+// WithRDBFile names the file SAVE and BGSAVE write (Redis's dir and
+// dbfilename); by default dump.rdb in the working directory.
+func WithRDBFile(dir, name string) Option {
+	return func(o *options) { o.rdbDir, o.rdbFile = dir, name }
+}
+
+// WithReplicaOf makes the server a replica of the Redis at host:port from
+// its start (REPLICAOF), authenticating with user and password when
+// password is set (masteruser, masterauth; they serve REPLICAOF too).
+func WithReplicaOf(host string, port int, user, password string) Option {
+	return func(o *options) {
+		o.replicaHost, o.replicaPort, o.masterUser, o.masterPass = host, port, user, password
+	}
 }
 
 // Option configures New.
@@ -245,9 +267,13 @@ type Server struct {
 	nextID    atomic.Int64
 
 	stats      stats
-	errorStats errorStats // info.go
-	hub        pubsub.Hub // pubsub.go
-	tasks      tasks      // observe.go
+	errorStats errorStats  // info.go
+	hub        pubsub.Hub  // pubsub.go
+	tasks      tasks       // observe.go
+	persist    persistence // replication.go
+	repl       replica
+	bg         sync.WaitGroup // BGSAVE's
+	snaps      snapshots
 }
 
 type stats struct {
@@ -297,6 +323,15 @@ func New(a *array.Array, opts ...Option) *Server {
 		s.cmds[c.name] = &entry{command: c}
 	}
 	s.acl = newACL(s.cmds, o.auth)
+	if s.o.rdbDir == "" {
+		s.o.rdbDir, _ = os.Getwd()
+	}
+	if s.o.rdbFile == "" {
+		s.o.rdbFile = "dump.rdb"
+	}
+	s.persist.lastSave.Store(s.started.Unix())
+	s.persist.lastOK.Store(true)
+	s.repl.user, s.repl.pass = o.masterUser, o.masterPass
 	return s
 }
 
@@ -375,6 +410,9 @@ func (s *Server) start() error {
 		}
 		ks.StartCounting(s.ctx)
 		s.startExpiry()
+		if s.o.replicaHost != "" {
+			s.startReplica(s.o.replicaHost, s.o.replicaPort)
+		}
 	})
 	return s.startErr
 }
@@ -409,11 +447,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	s.stopExpiry()
+	s.repl.mu.Lock()
+	s.stopLinkLocked() // still a replica (read-only) until it exits
+	s.repl.mu.Unlock()
 	for _, c := range conns {
 		c.drain()
 	}
 	select {
 	case <-s.drained:
+		s.bg.Wait()
 		s.saveCounts(ctx)
 		return nil
 	case <-ctx.Done():
@@ -601,6 +643,11 @@ type conn struct {
 	dirty    atomic.Bool        // a watched key was written
 	// replyMode is CLIENT REPLY's.
 	replyMode int
+	// master: the replication link's client (replication.go), which
+	// writes on a replica and runs every command; rdbOnly: REPLCONF
+	// rdb-only, SYNC closes the connection after the file.
+	master  bool
+	rdbOnly bool
 
 	mu           sync.Mutex // guards the fields below
 	name         string

@@ -2,23 +2,18 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvarray/kvarray/array"
-	"github.com/kvarray/kvarray/collection"
-	"github.com/kvarray/kvarray/internal/fanout"
 	"github.com/kvarray/kvarray/internal/rdb"
+	"github.com/kvarray/kvarray/internal/transfer"
 	"github.com/kvarray/kvarray/keyspace"
 )
 
@@ -32,25 +27,11 @@ import (
 // not given).
 const exitUnsupported = 1
 
-// importReport is what `kvarray import` did.
-type importReport struct {
-	File       string         `json:"file"`
-	RDBVersion int            `json:"rdb_version"`
-	Keys       int64          `json:"keys"`
-	ByType     map[string]int `json:"keys_by_type"`
-	ByDB       map[int]int    `json:"keys_by_db"`
-	WithTTL    int64          `json:"keys_with_expiry"`
-	Expired    int64          `json:"expired_skipped"`
-	// Unsupported counts the values of types the array does not hold,
-	// by type; UnsupportedKeys names the first few.
-	Unsupported     map[string]int `json:"unsupported"`
-	UnsupportedKeys []string       `json:"unsupported_keys,omitempty"`
-	Functions       int            `json:"function_libraries_skipped"`
-	Bytes           int64          `json:"bytes"`
-	Elapsed         time.Duration  `json:"elapsed_ns"`
-	Rate            float64        `json:"keys_per_second"`
-	ExitCode        int            `json:"exit_code"`
-}
+// The reports are package transfer's, which does the work for serve too.
+type (
+	importReport = transfer.ImportReport
+	exportReport = transfer.ExportReport
+)
 
 func (c *cli) importCmd() *cobra.Command {
 	var workers int
@@ -183,109 +164,17 @@ func countList(m map[string]int) string {
 	return s
 }
 
-// importRDB reads r's entries in order and writes them with workers
-// writers.
+// importRDB stores r's entries with workers writers, reporting progress.
 func (c *cli) importRDB(ks *keyspace.Store, r *rdb.FileReader, size int64, workers int) (importReport, error) {
 	start := time.Now()
-	rep := importReport{RDBVersion: r.Version(), ByType: map[string]int{}, ByDB: map[int]int{}, Unsupported: map[string]int{}}
 	var done atomic.Int64
 	stop := ticking(time.Second, func() {
 		d := done.Load()
 		fmt.Fprintf(c.stderr, "import: %d keys, %.0f%% of %d bytes, %.0f keys/s\n", d, 100*float64(r.Offset())/float64(max(size, 1)),
 			size, float64(d)/time.Since(start).Seconds())
 	})
-	ctx, cancel := context.WithCancel(c.ctx)
-	defer cancel()
-	entries := make(chan rdb.Entry, 2*workers)
-	var firstErr error
-	var errOnce sync.Once
-	fail := func(err error) {
-		errOnce.Do(func() { firstErr = err; cancel() })
-	}
-	var wg sync.WaitGroup
-	lim := collection.DefaultLimits
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for e := range entries {
-				if err := storeEntry(ctx, ks, e, lim); err != nil {
-					fail(fmt.Errorf("import: db %d key %q: %w", e.DB, truncKey(e.Key), err))
-					continue
-				}
-				done.Add(1)
-			}
-		}()
-	}
-	now := keyspace.NowMs()
-read:
-	for ctx.Err() == nil {
-		e, err := r.Next()
-		switch {
-		case errors.Is(err, io.EOF):
-			break read
-		case err != nil:
-			fail(fmt.Errorf("import: %w", err))
-			break read
-		case e.Unsupported != nil:
-			rep.Unsupported[rdb.TypeName(e.Type)]++
-			if len(rep.UnsupportedKeys) < 10 {
-				rep.UnsupportedKeys = append(rep.UnsupportedKeys, string(truncKey(e.Key)))
-			}
-			continue
-		case keyspace.Expired(e.ExpireAt, now):
-			rep.Expired++
-			continue
-		case e.DB >= ks.DBs():
-			fail(fmt.Errorf("import: key %q is in database %d; the array has databases 0 to %d: %w", truncKey(e.Key), e.DB, ks.DBs()-1, keyspace.ErrBadDB))
-			break read
-		}
-		rep.ByType[e.Object.Kind.String()]++
-		rep.ByDB[e.DB]++
-		if e.ExpireAt != 0 {
-			rep.WithTTL++
-		}
-		entries <- e
-	}
-	close(entries)
-	wg.Wait()
-	stop()
-	rep.Functions = r.Functions
-	rep.Bytes = r.Offset()
-	rep.Keys = done.Load()
-	rep.Elapsed = time.Since(start)
-	rep.Rate = float64(rep.Keys) / rep.Elapsed.Seconds()
-	if firstErr == nil {
-		firstErr = c.ctx.Err()
-	}
-	return rep, firstErr
-}
-
-func truncKey(k []byte) []byte { return k[:min(len(k), 64)] }
-
-// storeEntry writes one key: a collection's elements first (under a new
-// version nothing refers to until its value is written), then its value.
-func storeEntry(ctx context.Context, ks *keyspace.Store, e rdb.Entry, lim collection.Limits) error {
-	v, ops, err := collection.FromObject(ctx, e.Object, e.ExpireAt, lim, ks.MaxElement())
-	if err != nil {
-		return err
-	}
-	// A large collection's elements are most of a file's writes: as many
-	// in flight as load keeps.
-	if err := fanout.Each(len(ops), 256, func(i int) error { return ks.Apply(ctx, ops[i]) }); err != nil {
-		return err
-	}
-	return ks.Save(ctx, e.DB, e.Key, v)
-}
-
-// exportReport is what `kvarray export` did.
-type exportReport struct {
-	File    string         `json:"file"`
-	Keys    int64          `json:"keys"`
-	ByType  map[string]int `json:"keys_by_type"`
-	ByDB    map[int]int    `json:"keys_by_db"`
-	Bytes   int64          `json:"bytes"`
-	Elapsed time.Duration  `json:"elapsed_ns"`
+	defer stop()
+	return transfer.Import(c.ctx, ks, r, transfer.ImportOptions{Workers: workers, Done: &done})
 }
 
 func (c *cli) exportCmd() *cobra.Command {
@@ -321,69 +210,8 @@ then); while serving, DUMP moves keys one by one.`,
 }
 
 func (c *cli) exportRDB(ks *keyspace.Store, path string) (exportReport, error) {
-	start := time.Now()
-	rep := exportReport{File: path, ByType: map[string]int{}, ByDB: map[int]int{}}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return rep, fmt.Errorf("export: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // after the rename, a no-op
 	var done atomic.Int64
 	stop := ticking(time.Second, func() { fmt.Fprintf(c.stderr, "export: %d keys\n", done.Load()) })
-	w := rdb.NewFileWriter(tmp)
-	err = c.exportKeys(ks, w, &rep, &done)
-	stop()
-	if err == nil {
-		err = w.Close()
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return rep, fmt.Errorf("export %s: %w", path, err)
-	}
-	if st, err := os.Stat(path); err == nil {
-		rep.Bytes = st.Size()
-	}
-	rep.Keys = done.Load()
-	rep.Elapsed = time.Since(start)
-	return rep, nil
-}
-
-// exportKeys writes every live key, database by database; a collection's
-// elements are read as serve's commands read them.
-func (c *cli) exportKeys(ks *keyspace.Store, w *rdb.FileWriter, rep *exportReport, done *atomic.Int64) error {
-	src := collection.StoreSource(ks)
-	for db := range ks.DBs() {
-		keys, err := ks.Keys(c.ctx, db, nil)
-		if err != nil {
-			return err
-		}
-		for _, k := range keys {
-			v, err := ks.Load(c.ctx, db, k)
-			if errors.Is(err, array.ErrNotFound) {
-				continue // expired
-			}
-			if err != nil {
-				return err
-			}
-			o, err := collection.ToObject(c.ctx, src, v, collection.DefaultLimits, ks.MaxElement())
-			if err != nil {
-				return fmt.Errorf("db %d key %q: %w", db, truncKey(k), err)
-			}
-			if err := w.Write(db, k, v.At, o); err != nil {
-				return err
-			}
-			rep.ByType[o.Kind.String()]++
-			rep.ByDB[db]++
-			done.Add(1)
-		}
-	}
-	return nil
+	defer stop()
+	return transfer.ExportFile(c.ctx, ks, path, transfer.ExportOptions{Done: &done})
 }

@@ -214,6 +214,14 @@ func (c *cli) serve(o serveFlags, explicitConfig bool) (err error) {
 	if sc.ACLFile != "" {
 		opts = append(opts, server.WithACLFile(cfg.Path(sc.ACLFile)))
 	}
+	rdbDir := cfg.Dir()
+	if sc.Dir != "" {
+		rdbDir = cfg.Path(sc.Dir)
+	}
+	opts = append(opts, server.WithRDBFile(rdbDir, sc.DBFilename))
+	if host, port, ok := sc.Replica(); ok {
+		opts = append(opts, server.WithReplicaOf(host, port, sc.MasterUser, sc.MasterAuth))
+	}
 	srv := server.New(a, opts...)
 	if err := srv.LoadACLFile(); err != nil {
 		return undo(fmt.Errorf("serve: %w", err))
