@@ -193,7 +193,7 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int, f
 	for i := range keeps {
 		keeps[i] = func(k []byte) bool {
 			user, split, kind, err := format.ParseKey(k)
-			return err == nil && format.HoldsPiece(kind) && split == 0 && !a.isBucket(user) && a.answersFor(i, user)
+			return err == nil && format.HoldsPiece(kind) && split == 0 && !a.isBucket(user) && a.answersFor(i, user) && !a.stalePiece(i, k)
 		}
 	}
 	// Of each device, its first limit user keys past after, merged. With
@@ -343,6 +343,14 @@ func (a *Array) listable() error {
 
 // answersFor reports whether device i lists user key u: it is the key's
 // primary, or the primary cannot answer for itself (see Keys).
+// stalePiece reports whether device i's record lists internal key k: the
+// piece it holds there is older than the key's last write (a delete
+// included), so it is not listed; the key's current version, if any, is
+// listed from the record (missedListed).
+func (a *Array) stalePiece(i int, k []byte) bool {
+	return a.env.MissedCount(i) > 0 && a.env.Missing(i, k)
+}
+
 func (a *Array) answersFor(i int, u []byte) bool {
 	p := a.primary(u, 0)
 	return p == i || a.env.State(p) != mechanism.Healthy

@@ -336,10 +336,16 @@ func collWorkload(seed uint64, n int) []collOp {
 
 // TestCollectionCrashAtEveryOperation: see the comment above.
 func TestCollectionCrashAtEveryOperation(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
+	seed, ops := collFaultWorkload(t)
+	faultAtEveryPoint(t, seed, func(cfg *config.Config, at int64) int64 {
+		return runCollFaulted(t, cfg, ops, crashFault{faultdev.CrashAt(at)}, at)
+	})
+}
+
+// collFaultWorkload is the collection fault tests' workload: 60 commands
+// (30 under -race, 15 with -short) from a time-based seed, or SEED=n's.
+func collFaultWorkload(t *testing.T) (uint64, []collOp) {
+	seed := faultSeed()
 	n := 60
 	switch {
 	case testing.Short():
@@ -349,57 +355,99 @@ func TestCollectionCrashAtEveryOperation(t *testing.T) {
 	}
 	ops := collWorkload(seed, n)
 	t.Logf("seed %d, %d commands", seed, len(ops))
-	crashAtEveryPoint(t, seed, func(cfg *config.Config, crash *faultdev.Crash, at int64) int64 {
-		return runCrashed(t, cfg, ops, crash, at)
-	})
+	return seed, ops
 }
 
-// crashAtEveryPoint runs a crash test's workload once to count its device
-// operations, then again crashing at each (run(cfg, crash, at)), on a mem
-// hybrid array; KVARRAY_CRASH_POINT=at runs one crash point, as a failure
-// reported it.
-func crashAtEveryPoint(t *testing.T, seed uint64, run func(cfg *config.Config, crash *faultdev.Crash, at int64) int64) {
+// faultSeed is SEED=n's n, else a time-based seed.
+func faultSeed() uint64 {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	return seed
+}
+
+// deviceFault is the fault a fault test puts under every device of the
+// server's array (serveFaulted): a crash at one device operation
+// (crashFault), an answer lost (answerLost) or writes failed (writesFailed,
+// collfaults_test.go).
+type deviceFault interface {
+	// wrap puts the fault in front of device i.
+	wrap(i int, d device.Device) device.Device
+	// arm is called once the array exists: the faults that let its
+	// creation through count device operations from then on.
+	arm()
+	// commandDone is called as each command of a client returns.
+	commandDone()
+	// count is how many device operations were counted so far.
+	count() int64
+	// hit reports whether the fault came: then the devices are served
+	// again by a new array and server, and checked.
+	hit() bool
+	// lives reports whether the process lives on through the fault
+	// (not a crash): then the live server is checked too.
+	lives() bool
+}
+
+// crashFault is a faultdev.Crash shared by every device.
+type crashFault struct{ *faultdev.Crash }
+
+func (c crashFault) wrap(_ int, d device.Device) device.Device { return faultdev.Wrap(d, c.Crash) }
+func (crashFault) arm()                                        {}
+func (crashFault) commandDone()                                {}
+func (c crashFault) count() int64                              { return c.Count() }
+func (c crashFault) hit() bool                                 { return c.Crashed() }
+func (crashFault) lives() bool                                 { return false }
+
+// faultAtEveryPoint runs a fault test's workload once to count its device
+// operations (run(cfg, -1), which injects nothing), then again with the
+// fault at each (run(cfg, at)), on a mem hybrid array;
+// KVARRAY_CRASH_POINT=at runs one point, as a failure reported it.
+func faultAtEveryPoint(t *testing.T, seed uint64, run func(cfg *config.Config, at int64) int64) {
 	t.Helper()
 	cfg, err := config.Parse([]byte(memHybrid), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A run that never crashes counts the points (the background's
+	// A run without the fault counts the points (the background's
 	// operations make runs vary a little).
-	total := run(cfg, faultdev.CrashAt(-1), -1)
-	t.Logf("%d device operations to crash at", total)
+	total := run(cfg, -1)
+	t.Logf("%d device operations to fault at", total)
 	first, last := int64(0), total
 	if p := os.Getenv("KVARRAY_CRASH_POINT"); p != "" {
 		first, _ = strconv.ParseInt(p, 10, 64)
 		last = first
 	}
 	for at := first; at <= last; at++ {
-		run(cfg, faultdev.CrashAt(at), at)
+		run(cfg, at)
 		if t.Failed() {
-			t.Fatalf("failed at crash point %d (seed %d)", at, seed)
+			t.Fatalf("failed at fault point %d (seed %d)", at, seed)
 		}
 	}
 }
 
-// serveCrashing serves an array on cfg's devices, each wrapped to crash at
-// crash, runs work with a client of it, and shuts it down. When the crash
-// came, it opens the same devices again in a new array and server and
-// runs check with a client of that. It returns how many device operations
-// the first run made.
-func serveCrashing(t *testing.T, cfg *config.Config, crash *faultdev.Crash, work func(*redis.Client), check func(*redis.Client)) int64 {
+// serveFaulted serves an array on cfg's devices, each behind fault, runs
+// work with a client of it (fault.commandDone after each command), and,
+// when the fault came, runs check with that client if the process lives
+// on, then shuts it down. When the fault came, it opens the same devices
+// again in a new array and server, as a restart would, and runs check
+// with a client of that. It returns how many device operations fault
+// counted.
+func serveFaulted(t *testing.T, cfg *config.Config, fault deviceFault, work func(*redis.Client), check func(*redis.Client)) int64 {
 	ctx := context.Background()
 	base := config.OpenDevices(cfg, true)
 	devs := make([]device.Device, len(base))
 	for i, d := range base {
-		devs[i] = faultdev.Wrap(keepOpen{d}, crash)
+		devs[i] = fault.wrap(i, keepOpen{d})
 	}
 	a, err := array.Create(ctx, devs, cfg.Options()...)
 	if err != nil {
-		if crash.Crashed() {
-			return crash.Count() // crashed while creating: nothing to check
+		if fault.hit() {
+			return fault.count() // crashed while creating: nothing to check
 		}
 		t.Fatal(err)
 	}
+	fault.arm()
 	quiet := WithErrorLog(log.New(io.Discard, "", 0))
 	srv := New(a, WithDevices(devs), quiet)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -409,15 +457,19 @@ func serveCrashing(t *testing.T, cfg *config.Config, crash *faultdev.Crash, work
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	rdb := redis.NewClient(&redis.Options{Addr: l.Addr().String(), MaxRetries: -1, Protocol: 2})
+	rdb.AddHook(afterCommand(fault.commandDone))
 	work(rdb)
+	if fault.hit() && fault.lives() {
+		checkPhase(t, "live", rdb, check)
+	}
 	rdb.Close()
 	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	_ = srv.Shutdown(sctx)
 	cancel()
 	<-done
 	_ = a.Close()
-	count := crash.Count()
-	if !crash.Crashed() {
+	count := fault.count()
+	if !fault.hit() {
 		return count
 	}
 	// The restart: the same devices, a new array and server.
@@ -427,17 +479,48 @@ func serveCrashing(t *testing.T, cfg *config.Config, crash *faultdev.Crash, work
 	}
 	ts := serveArray(t, b, base, quiet)
 	defer ts.stop()
-	check(ts.client())
+	checkPhase(t, "restarted", ts.client(), check)
 	return count
 }
 
-// runCrashed runs ops until crash drops a device operation, then checks
-// the restarted server against the model (see above). It returns how
-// many device operations the run made.
-func runCrashed(t *testing.T, cfg *config.Config, ops []collOp, crash *faultdev.Crash, at int64) int64 {
+// checkPhase runs check with rdb, saying which server failed it.
+func checkPhase(t *testing.T, phase string, rdb *redis.Client, check func(*redis.Client)) {
+	t.Helper()
+	failed := t.Failed()
+	check(rdb)
+	if !failed && t.Failed() {
+		t.Errorf("(the checks above were of the %s server)", phase)
+	}
+}
+
+// afterCommand is a go-redis hook calling its function as each command
+// (or pipeline) returns.
+type afterCommand func()
+
+func (afterCommand) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f afterCommand) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		defer f()
+		return next(ctx, cmd)
+	}
+}
+
+func (f afterCommand) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		defer f()
+		return next(ctx, cmds)
+	}
+}
+
+// runCollFaulted runs ops until one fails (the fault at device operation
+// at came), then checks the server against the model (see above): the
+// acknowledged commands applied, and the failed one in flight. It returns
+// how many device operations the run made.
+func runCollFaulted(t *testing.T, cfg *config.Config, ops []collOp, fault deviceFault, at int64) int64 {
 	acked := collModel{}
 	var inflight *collOp
-	return serveCrashing(t, cfg, crash, func(rdb *redis.Client) {
+	return serveFaulted(t, cfg, fault, func(rdb *redis.Client) {
 		ctx := context.Background()
 		rdb.Do(ctx, "CONFIG", "SET", "hash-max-listpack-entries", "3")
 		rdb.Do(ctx, "CONFIG", "SET", "set-max-intset-entries", "3")
@@ -458,7 +541,7 @@ func runCrashed(t *testing.T, cfg *config.Config, ops []collOp, crash *faultdev.
 		}
 		got := readColls(t, rdb)
 		if !collEqual(got, acked) && !collEqual(got, after) {
-			t.Errorf("crash at %d, in flight %q:\nread     %v\nacked    %v\nor after %v", at, inflightArgs(inflight), got, acked, after)
+			t.Errorf("fault at %d, in flight %q:\nread     %v\nacked    %v\nor after %v", at, inflightArgs(inflight), got, acked, after)
 		}
 	})
 }

@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -182,48 +180,54 @@ func streamWorkload(seed uint64, n int) []streamOp {
 
 // TestStreamCrashAtEveryOperation: see the comment above.
 func TestStreamCrashAtEveryOperation(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
+	seed, ops := streamFaultWorkload(t)
+	faultAtEveryPoint(t, seed, func(cfg *config.Config, at int64) int64 {
+		return runStreamFaulted(t, cfg, ops, crashFault{faultdev.CrashAt(at)}, at)
+	})
+}
+
+// streamFaultWorkload is the stream fault tests' workload: 30 commands
+// (12 with -short) from a time-based seed, or SEED=n's.
+func streamFaultWorkload(t *testing.T) (uint64, []streamOp) {
+	seed := faultSeed()
 	n := 30
 	if testing.Short() {
 		n = 12
 	}
 	ops := streamWorkload(seed, n)
 	t.Logf("seed %d, %d commands", seed, len(ops))
-	crashAtEveryPoint(t, seed, func(cfg *config.Config, crash *faultdev.Crash, at int64) int64 {
-		return runStreamCrashed(t, cfg, ops, crash, at)
-	})
+	return seed, ops
 }
 
-// runStreamCrashed runs ops until crash drops a device operation, then
-// checks the restarted server against the model. It returns how many
-// device operations the run made.
-func runStreamCrashed(t *testing.T, cfg *config.Config, ops []streamOp, crash *faultdev.Crash, at int64) int64 {
+// streamSetup makes the workload's stream and group, with small nodes.
+var streamSetup = [][]string{
+	{"CONFIG", "SET", "stream-node-max-entries", "3"},
+	{"XGROUP", "CREATE", "s", "g", "0", "MKSTREAM"},
+}
+
+// runStreamFaulted runs ops until one fails (the fault at device
+// operation at came), then checks the server against the model. It
+// returns how many device operations the run made.
+func runStreamFaulted(t *testing.T, cfg *config.Config, ops []streamOp, fault deviceFault, at int64) int64 {
 	acked := streamState{pel: map[int]pendingState{}}
 	var inflight *streamOp
-	setup := []streamOp{
-		{[]string{"CONFIG", "SET", "stream-node-max-entries", "3"}, func(*streamState, any) {}},
-		{[]string{"XGROUP", "CREATE", "s", "g", "0", "MKSTREAM"}, func(*streamState, any) {}},
+	var all []streamOp
+	for _, args := range streamSetup {
+		all = append(all, streamOp{args, func(*streamState, any) {}})
 	}
-	all := slices.Concat(setup, ops)
-	return serveCrashing(t, cfg, crash, func(rdb *redis.Client) {
+	all = append(all, ops...)
+	return serveFaulted(t, cfg, fault, func(rdb *redis.Client) {
 		for i := range all {
 			r := rdb.Do(context.Background(), toAny(all[i].args)...)
 			if err := r.Err(); err != nil && err != redis.Nil {
 				inflight = &all[i]
 				break
 			}
-			reply := r.Val()
-			if reply == nil {
-				reply = []any{} // a null reply: nothing read (nil is "in flight")
-			}
-			all[i].apply(&acked, reply)
+			all[i].apply(&acked, streamReply(r.Val()))
 		}
 	}, func(rdb *redis.Client) {
 		if inflight == &all[1] || inflight == &all[0] {
-			return // crashed before the stream was made
+			return // failed before the stream was made
 		}
 		after := acked.clone()
 		if inflight != nil {
@@ -231,13 +235,22 @@ func runStreamCrashed(t *testing.T, cfg *config.Config, ops []streamOp, crash *f
 		}
 		got, err := readStreamState(rdb)
 		if err != nil {
-			t.Errorf("crash at %d, in flight %q: reading the stream: %v", at, inflightStreamArgs(inflight), err)
+			t.Errorf("fault at %d, in flight %q: reading the stream: %v", at, inflightStreamArgs(inflight), err)
 			return
 		}
 		if !streamEqual(got, acked) && !streamEqual(got, after) {
-			t.Errorf("crash at %d, in flight %q:\nread     %+v\nacked    %+v\nor after %+v", at, inflightStreamArgs(inflight), got, acked, after)
+			t.Errorf("fault at %d, in flight %q:\nread     %+v\nacked    %+v\nor after %+v", at, inflightStreamArgs(inflight), got, acked, after)
 		}
 	})
+}
+
+// streamReply is an answered command's reply for streamOp.apply: a null
+// reply is an empty one (nothing read), as nil means in flight.
+func streamReply(r any) any {
+	if r == nil {
+		return []any{}
+	}
+	return r
 }
 
 func inflightStreamArgs(op *streamOp) []string {
