@@ -80,8 +80,8 @@ func (v *vm) random(L *lua.LState) int {
 
 // Redis's version as scripts see it (redis.REDIS_VERSION).
 const (
-	redisVersion    = "7.0.0"
-	redisVersionNum = 0x00070000
+	redisVersion    = "7.4.0" // as the server reports it (server.redisVersion)
+	redisVersionNum = 0x00070400
 )
 
 func newVM(e *Engine) *vm {

@@ -262,6 +262,8 @@ func (s *Server) afterCommand(c *call) {
 		c.blocked = nil
 		s.wait(c, w)
 	}
+	s.afterTracked(c)
+	s.trackBroadcast()
 }
 
 // serveReady serves the waiters of the keys signalled ready, in order,

@@ -214,6 +214,7 @@ func cmdReset(c *call) {
 	c.cl.db, c.cl.proto, c.w.proto, c.cl.replyMode = 0, 2, 2, replyOn
 	c.cl.proto3.Store(false)
 	c.s.unsubscribeAll(c.cl)
+	c.s.disableTracking(c.cl)
 	c.cl.dbShown.Store(0)
 	c.cl.mu.Lock()
 	c.cl.name = ""

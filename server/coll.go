@@ -118,11 +118,11 @@ func (c *call) writeOps(ops []keyspace.Op, owners ...[]byte) error {
 	}
 	for i, op := range ops {
 		if dbs[i] >= 0 {
-			c.s.touch(dbs[i], op.Key)
+			c.s.touch(c, dbs[i], op.Key)
 		}
 	}
 	for _, k := range owners {
-		c.s.touch(c.cl.db, k)
+		c.s.touch(c, c.cl.db, k)
 	}
 	return err
 }

@@ -462,6 +462,9 @@ type call struct {
 	// running: e.run has started; an error reply before it rejects the
 	// command, after it fails it.
 	running bool
+	// noTrack: its writes send no invalidation of their own (FLUSHDB's
+	// deletes: a null invalidation says it all, tracking.go).
+	noTrack bool
 }
 
 // error replies with an error; msg starts with its code (ERR, NOPROTO…).
@@ -510,6 +513,9 @@ func (s *Server) serveRESP(rc redcon.Conn, cmd redcon.Command) {
 	cl, _ := rc.Context().(*conn)
 	if cl == nil || cl.quit || len(cmd.Args) == 0 {
 		return
+	}
+	if cl.push == nil && cl.wantPush.Load() {
+		cl.startPush()
 	}
 	if cl.push != nil || subscribing(cmd.Args[0]) || monitoring(cmd.Args[0]) {
 		// Messages may be sent to this connection: its replies go out
@@ -647,6 +653,9 @@ func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *res
 		}
 	}()
 	c.running = true
+	if cl.tracking.Load() && readTracked(e) {
+		s.trackKeys(cl, c.args)
+	}
 	e.run(c)
 	// Idle from the command's end (CONFIG timeout), not its start.
 	cl.last.Store(time.Now().UnixNano())

@@ -103,6 +103,19 @@ var params = []param{
 	{name: "cluster-enabled", get: constant("no")},
 	{name: "dir", get: func(s *Server) string { return s.o.rdbDir }},
 	{name: "dbfilename", get: func(s *Server) string { return s.o.rdbFile }},
+	{name: "tracking-table-max-keys", get: func(s *Server) string {
+		s.trk.mu.Lock()
+		defer s.trk.mu.Unlock()
+		return strconv.FormatInt(s.trk.maxKeys, 10)
+	},
+		set: func(s *Server, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return fmt.Errorf("argument must be between 0 and 9223372036854775807 inclusive")
+			}
+			s.setTrackingMax(n)
+			return nil
+		}},
 	{name: "hz", get: constant(strconv.Itoa(int(1000 / expiryPeriod.Milliseconds())))},
 }
 

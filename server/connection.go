@@ -7,9 +7,12 @@ import (
 	"time"
 )
 
-// redisVersion is the Redis version whose commands, replies and error
-// strings the server follows; clients that check versions see it.
-const redisVersion = "7.0.0"
+// redisVersion is the Redis version the server reports (HELLO, INFO,
+// LOLWUT; scripts see it in redis.REDIS_VERSION). Its commands, replies
+// and error strings are Redis 7.0's; it says 7.4 because redis-py enables
+// client-side caching (cache_config) only for 7.4 or later, and 7.4
+// changed nothing of what 7.0 clients rely on (docs/compatibility.md).
+const redisVersion = "7.4.0"
 
 func cmdPing(c *call) {
 	if !c.w.resp3() && c.cl.subscribed() {

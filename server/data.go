@@ -36,6 +36,9 @@ type txn struct {
 	// touched: keys whose collections the ops change through their
 	// elements alone (their own ops name no key), for touch.
 	touched []watchKey
+	// flushed: a FLUSHDB or FLUSHALL ran, whose null invalidation the
+	// commit sends (tracking.go).
+	flushed bool
 }
 
 func (t *txn) record(ak []byte, db int, op keyspace.Op) {
@@ -153,7 +156,7 @@ func (c *call) put(db int, key []byte, val value, opts ...array.CallOption) erro
 	c.s.stats.stores.Add(1)
 	c.s.observeStore(len(val.v), opts)
 	err := c.s.ks.Save(c.ctx, db, key, val.ks(), opts...)
-	c.s.touch(db, key)
+	c.s.touch(c, db, key)
 	return err
 }
 
@@ -176,7 +179,7 @@ func (c *call) removeKeep(db int, key []byte, keep bool) (bool, error) {
 	c.s.stats.deletes.Add(1)
 	existed, err := c.s.ks.DeleteKeep(c.ctx, db, key, keep)
 	if existed {
-		c.s.touch(db, key)
+		c.s.touch(c, db, key)
 	}
 	return existed, err
 }
@@ -305,9 +308,12 @@ type watches struct {
 	keys map[watchKey]map[*conn]struct{}
 }
 
-// touch marks the watchers of key dirty: their EXEC will abort.
-func (s *Server) touch(db int, key []byte) {
+// touch marks the watchers of key dirty (their EXEC will abort), wakes
+// its blocked clients and invalidates its tracking clients' caches; by is
+// the call that wrote it (nil: the server itself).
+func (s *Server) touch(by *call, db int, key []byte) {
 	s.blk.signal(db, key)
+	s.trackWrite(by, key)
 	w := &s.watch
 	w.mu.Lock()
 	defer w.mu.Unlock()

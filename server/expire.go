@@ -261,7 +261,7 @@ func (s *Server) reclaim(ctx context.Context, db int, key []byte, now int64) err
 	deleted, err := s.ks.DeleteExpired(ctx, db, key, now)
 	if deleted {
 		s.stats.expired.Add(1)
-		s.touch(db, key)
+		s.touch(nil, db, key)
 		s.hub.Notify(s.notifyConf(), pubsub.Expired, "expired", db, key)
 	}
 	return err

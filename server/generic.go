@@ -420,6 +420,7 @@ func cmdRandomKey(c *call) {
 
 // flush deletes every key of db, concurrently, under the keys' locks.
 func (c *call) flush(db int) error {
+	c.noTrack = true // the flush's null invalidation (flushed) says it
 	keys, err := c.listKeys(db, nil)
 	if err != nil {
 		return err
@@ -437,6 +438,16 @@ func (c *call) flush(db int) error {
 	})
 	_, err = firstError(errs)
 	return err
+}
+
+// flushed sends tracking clients the null invalidation of a flush, or
+// has the transaction's commit send it.
+func (c *call) flushed() {
+	if c.tx != nil {
+		c.tx.flushed = true
+		return
+	}
+	c.s.trackFlushed()
 }
 
 // flushOpt accepts FLUSHDB / FLUSHALL's ASYNC and SYNC (both run at once:
@@ -465,6 +476,7 @@ func cmdFlushDB(c *call) {
 		c.fail(err)
 		return
 	}
+	c.flushed()
 	c.ok()
 }
 
@@ -478,6 +490,7 @@ func cmdFlushAll(c *call) {
 			return
 		}
 	}
+	c.flushed()
 	c.ok()
 }
 
@@ -515,6 +528,7 @@ func cmdSwapDB(c *call) {
 		}
 		c.s.touchDB(int(x))
 		c.s.touchDB(int(y))
+		c.s.trackFlushed()
 	}
 	c.ok()
 }

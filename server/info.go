@@ -62,11 +62,12 @@ func cmdInfo(c *call) {
 		case "server":
 			c.s.infoServer(&b)
 		case "clients":
+			_, _, _, trkClients := c.s.trackingStats()
 			c.s.mu.Lock()
 			n := len(c.s.conns)
 			c.s.mu.Unlock()
 			fmt.Fprintf(&b, "# Clients\r\nconnected_clients:%d\r\ncluster_connections:0\r\nmaxclients:%d\r\nblocked_clients:%d\r\n"+
-				"tracking_clients:0\r\nclients_in_timeout_table:0\r\n", n, c.s.cfg.maxClients.Load(), c.s.blockedClients())
+				"tracking_clients:%d\r\nclients_in_timeout_table:0\r\n", n, c.s.cfg.maxClients.Load(), c.s.blockedClients(), trkClients)
 		case "memory":
 			var m runtime.MemStats
 			runtime.ReadMemStats(&m)
@@ -78,12 +79,15 @@ func cmdInfo(c *call) {
 		case "persistence":
 			c.s.infoPersistence(&b)
 		case "stats":
+			trkKeys, trkItems, trkPrefixes, _ := c.s.trackingStats()
 			t := &c.s.stats
 			fmt.Fprintf(&b, "# Stats\r\ntotal_connections_received:%d\r\ntotal_commands_processed:%d\r\ninstantaneous_ops_per_sec:0\r\n"+
 				"rejected_connections:%d\r\nexpired_keys:%d\r\nevicted_keys:0\r\nkeyspace_hits:%d\r\nkeyspace_misses:%d\r\n"+
-				"pubsub_channels:%d\r\npubsub_patterns:%d\r\ntotal_error_replies:%d\r\nlazyfreed_objects:%d\r\n",
+				"pubsub_channels:%d\r\npubsub_patterns:%d\r\ntotal_error_replies:%d\r\nlazyfreed_objects:%d\r\n"+
+				"tracking_total_keys:%d\r\ntracking_total_items:%d\r\ntracking_total_prefixes:%d\r\n",
 				t.connections.Load(), t.commands.Load(), t.rejected.Load(), t.expired.Load(), t.hits.Load(), t.misses.Load(),
-				len(c.s.hub.Names(pubsub.Channel, nil)), c.s.hub.Patterns(), t.errors.Load(), c.s.ks.Garbage().Finished)
+				len(c.s.hub.Names(pubsub.Channel, nil)), c.s.hub.Patterns(), t.errors.Load(), c.s.ks.Garbage().Finished,
+				trkKeys, trkItems, trkPrefixes)
 		case "replication":
 			c.s.infoReplication(&b)
 		case "cpu":

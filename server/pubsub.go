@@ -80,6 +80,7 @@ func (cl *conn) startPush() {
 	q := &pushQueue{cl: cl}
 	q.wake = sync.NewCond(&q.mu)
 	cl.push = q
+	cl.pushShared.Store(q)
 	go q.run()
 }
 

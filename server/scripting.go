@@ -47,6 +47,7 @@ type scriptRun struct {
 	// fn is the function FCALL runs ("" for EVAL); argv its command.
 	fn     string
 	argv   [][]byte
+	caller *conn // the connection that ran it (its tracking, tracking.go)
 	start  time.Time
 	done   chan struct{}
 	cancel context.CancelCauseFunc
@@ -184,7 +185,7 @@ func (c *call) runScript(fn string, readOnly bool, exec func(context.Context, sc
 		}
 	}
 	ctx, cancel := context.WithCancelCause(c.ctx)
-	run := &scriptRun{fn: fn, argv: c.args, start: time.Now(), done: make(chan struct{}), cancel: cancel}
+	run := &scriptRun{fn: fn, argv: c.args, caller: c.cl, start: time.Now(), done: make(chan struct{}), cancel: cancel}
 	s.script.Store(run)
 	// The script is busy (BUSY to others past the threshold, SCRIPT KILL)
 	// while its Lua runs; its commit is a transaction's, which others wait
@@ -318,6 +319,11 @@ func (s *Server) scriptCommand(ctx context.Context, scl *conn, tx *txn, sk *scri
 			s.awaitKeys(sk, e, scl.db, argv)
 		}
 		scl.proto = proto
+		if run.caller.tracking.Load() && slices.Contains(e.flags, "readonly") {
+			// As Redis: a script that reads remembers the keys it
+			// declared, for the connection that ran it.
+			s.trackKeys(run.caller, run.argv)
+		}
 		e.calls.Add(1)
 		start := time.Now()
 		c.running = true

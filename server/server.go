@@ -242,6 +242,7 @@ type Server struct {
 	pendMu   sync.Mutex // orders the changes of pending under the shared lock
 	pendingN atomic.Int32
 	watch    watches
+	trk      tracker // client-side caching (tracking.go)
 	blk      blocker // blocked clients (blocking.go)
 	pause    atomic.Pointer[pause]
 	exp      expiry
@@ -316,6 +317,7 @@ func New(a *array.Array, opts ...Option) *Server {
 	rand.Read(s.runID[:])
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.cfg.init(o)
+	s.trk.maxKeys = 1000000 // Redis's tracking-table-max-keys
 	s.scripts = s.newScripts()
 	s.limits.init()
 	s.cmds = make(map[string]*entry, len(commands))
@@ -624,6 +626,16 @@ type conn struct {
 	push   *pushQueue
 	wmu    sync.Mutex
 	proto3 atomic.Bool // proto is 3, for Deliver on other goroutines
+	// Client-side caching (tracking.go): the mode, guarded by the
+	// server's tracker.mu, and whether it is on, for the hot paths.
+	trk      trackState
+	tracking atomic.Bool
+	closed   atomic.Bool // Close ran: a redirect to it is broken
+	// pushShared is push, for other goroutines; wantPush: a tracking
+	// client redirects to it, which needs its push queue, started by
+	// its own goroutine at its next command.
+	pushShared atomic.Pointer[pushQueue]
+	wantPush   atomic.Bool
 
 	id          int64
 	addr, laddr string
@@ -774,8 +786,10 @@ func (c *conn) Close() error {
 			err = c.Conn.Close()
 		}
 		if c.s != nil {
+			c.closed.Store(true)
 			c.s.unwatch(c)
 			c.s.untrack(c)
+			c.s.disableTracking(c)
 			c.s.unsubscribeAll(c)
 		}
 		if c.push != nil {

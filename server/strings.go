@@ -399,10 +399,19 @@ func cmdMset(c *call) {
 			idx = append(idx, i)
 		}
 	}
+	// The keys' invalidations go in the arguments' order, as Redis
+	// sends them, not in the order the concurrent stores end.
+	c.noTrack = true
 	errs := forEach(len(idx), func(j int) error {
 		i := idx[j]
 		return c.put(c.cl.db, keys[i], value{v: c.args[2+2*i], at: 0, raw: false})
 	})
+	c.noTrack = false
+	if c.tx == nil {
+		for _, i := range idx { // a failed store may have written
+			c.s.trackWrite(c, keys[i])
+		}
+	}
 	if failed, first := firstError(errs); first != nil {
 		c.error(fmt.Sprintf("%s (%d of %d keys not written)", errorReply(first), failed, len(idx)))
 		return
@@ -549,7 +558,7 @@ func (c *call) inPlace(key []byte, edit func() (int64, error)) (n int64, done, o
 // edited counts an in-place edit of key and dirties its watchers.
 func (c *call) edited(key []byte) {
 	c.s.stats.stores.Add(1)
-	c.s.touch(c.cl.db, key)
+	c.s.touch(c, c.cl.db, key)
 }
 
 // cmdAppend edits the value in place; a key with no value is created

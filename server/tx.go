@@ -182,6 +182,9 @@ func cmdExec(c *call) {
 		}
 		e.calls.Add(1)
 		sub.running = true
+		if cl.tracking.Load() && readTracked(e) {
+			c.s.trackKeys(cl, args)
+		}
 		e.run(sub)
 		c.s.feedMonitors(sub)
 	}
@@ -201,11 +204,15 @@ var errTxTooLarge = errors.New("transaction too large")
 // package comment of this file).
 func (s *Server) commit(c *call, tx *txn) error {
 	err := s.commitOps(c.ctx, tx.list)
+	if tx.flushed {
+		c.noTrack = true
+		defer s.trackFlushed()
+	}
 	for i, op := range tx.list {
-		s.touch(tx.dbs[i], op.Key)
+		s.touch(c, tx.dbs[i], op.Key)
 	}
 	for _, k := range tx.touched {
-		s.touch(k.db, []byte(k.key))
+		s.touch(c, k.db, []byte(k.key))
 	}
 	return err
 }
@@ -298,6 +305,7 @@ func (s *Server) completeLeftBehind(ctx context.Context) error {
 		// Its writes may land only now: every watcher is told (the
 		// record's writes name physical keys, and this is rare).
 		s.touchDB(-1)
+		s.trackFlushed()
 	}
 }
 

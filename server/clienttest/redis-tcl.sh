@@ -2,7 +2,8 @@
 # Runs Redis 7's own Tcl tests for strings, counters, bitmaps, HyperLogLog,
 # geo, SORT, hashes, sets, lists, sorted sets, streams, the keyspace,
 # expiry, transactions, SCAN, the protocol, INFO, pub/sub (sharded too),
-# scripting and functions against `kvarray serve` (a fresh array per
+# scripting, functions and client-side caching (tracking) against
+# `kvarray serve` (a fresh array per
 # unit), with no shim. tcl/skip.txt lists the tests that
 # need another data type or a config kvarray does not have (they would
 # raise an exception and stop their unit); tcl/alone.txt the tests that
@@ -99,7 +100,7 @@ declare -A onmem=([unit/type/list-2]=1 [unit/type/list-3]=1 [unit/type/zset]=1)
 # later blocks, replication, stay skipped).
 declare -A external=([unit/pubsubshard]=1)
 # UNITS, if set, runs only those units.
-for unit in ${UNITS:-unit/type/string unit/type/incr unit/type/hash unit/type/set unit/type/list unit/type/list-2 unit/type/list-3 unit/type/zset unit/type/stream unit/type/stream-cgroups unit/keyspace unit/expire unit/multi unit/scan unit/protocol unit/info-command unit/pubsub unit/pubsubshard unit/scripting unit/functions unit/bitops unit/bitfield unit/hyperloglog unit/slowlog unit/dump unit/geo unit/sort}; do
+for unit in ${UNITS:-unit/type/string unit/type/incr unit/type/hash unit/type/set unit/type/list unit/type/list-2 unit/type/list-3 unit/type/zset unit/type/stream unit/type/stream-cgroups unit/keyspace unit/expire unit/multi unit/scan unit/protocol unit/info-command unit/pubsub unit/pubsubshard unit/scripting unit/functions unit/bitops unit/bitfield unit/hyperloglog unit/slowlog unit/dump unit/geo unit/sort unit/tracking}; do
 	label=${extra[$unit]:-} run $unit --skipfile "$here/tcl/skip.txt" "${slow[@]}" ${extra[$unit]:-}
 done
 # tcl/alone.txt: "unit|test|test..." for tests that pass only on the

@@ -231,7 +231,32 @@ def lists_and_sorted_sets(protocol):
     r.close()
 
 
+def client_cache():
+    """redis-py's client-side cache (RESP3, CLIENT TRACKING): a GET is
+    served from the cache until another client's SET invalidates it."""
+    from redis.cache import CacheConfig
+    r = redis.Redis(port=PORT, protocol=3, cache_config=CacheConfig())
+    w = redis.Redis(port=PORT)
+    k = "py:cache"
+    check(w.set(k, "v1") and r.get(k) == b"v1", "GET through the cache")
+    cache = r.get_cache()
+    check(cache.size == 1, f"GET cached ({cache.size} entries)")
+    check(r.get(k) == b"v1", "cached GET")
+    check(w.set(k, "v2"), "SET by another client")
+    # The invalidation is a push read before the next command's reply.
+    deadline = time.time() + 5
+    got = r.get(k)
+    while got != b"v2" and time.time() < deadline:
+        time.sleep(0.01)
+        got = r.get(k)
+    check(got == b"v2", f"GET after another client's SET: {got!r}")
+    check(r.get(k) == b"v2" and cache.size == 1, "the new value cached")
+    r.close()
+    w.close()
+
+
 try:
+    client_cache()
     sync_client()
     streams(3)
     streams(2)
