@@ -189,11 +189,15 @@ func (a *Array) keysFrom(ctx context.Context, prefix, after []byte, count int, f
 	if l == nil {
 		l = a.openListing(ctx, prefix, start)
 	}
+	// Who answers for a key is decided by the states the listing's
+	// cursors were opened in, not by the states of the moment: a device
+	// that comes back during the page had no cursor opened (it listed
+	// nothing), so the others must go on listing its keys.
 	keeps := make([]func([]byte) bool, n)
 	for i := range keeps {
 		keeps[i] = func(k []byte) bool {
 			user, split, kind, err := format.ParseKey(k)
-			return err == nil && format.HoldsPiece(kind) && split == 0 && !a.isBucket(user) && a.answersFor(i, user) && !a.stalePiece(i, k)
+			return err == nil && format.HoldsPiece(kind) && split == 0 && !a.isBucket(user) && answersIn(l.states, a.primary(user, 0), i) && !a.stalePiece(i, k)
 		}
 	}
 	// Of each device, its first limit user keys past after, merged. With
@@ -341,8 +345,6 @@ func (a *Array) listable() error {
 	return nil
 }
 
-// answersFor reports whether device i lists user key u: it is the key's
-// primary, or the primary cannot answer for itself (see Keys).
 // stalePiece reports whether device i's record lists internal key k: the
 // piece it holds there is older than the key's last write (a delete
 // included), so it is not listed; the key's current version, if any, is
@@ -351,7 +353,14 @@ func (a *Array) stalePiece(i int, k []byte) bool {
 	return a.env.MissedCount(i) > 0 && a.env.Missing(i, k)
 }
 
+// answersFor reports whether device i lists user key u: it is the key's
+// primary, or the primary cannot answer for itself (see Keys).
 func (a *Array) answersFor(i int, u []byte) bool {
 	p := a.primary(u, 0)
 	return p == i || a.env.State(p) != mechanism.Healthy
+}
+
+// answersIn is answersFor for a key of primary p under states.
+func answersIn(states []mechanism.State, p, i int) bool {
+	return p == i || states[p] != mechanism.Healthy
 }
