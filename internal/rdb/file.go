@@ -75,8 +75,9 @@ func NewFileReader(in io.Reader, size int64) (*FileReader, error) {
 // Version is the file's RDB version.
 func (f *FileReader) Version() int { return f.version }
 
-// Offset is the number of bytes read so far.
-func (f *FileReader) Offset() int64 { return f.r.read }
+// Offset is the number of bytes read so far; it may be called while
+// another goroutine runs Next (a progress report).
+func (f *FileReader) Offset() int64 { return f.r.read.Load() }
 
 // Next reads the next key; io.EOF after the last, once the file's
 // checksum has been checked.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"sync/atomic"
 )
 
 // reader reads RDB primitives, keeping the CRC64 of what it read and
@@ -16,7 +17,8 @@ type reader struct {
 	r    *bufio.Reader
 	crc  uint64
 	left int64
-	read int64
+	// read is atomic: a progress report reads it while Next runs.
+	read atomic.Int64
 	err  error
 }
 
@@ -26,7 +28,7 @@ func newReader(r io.Reader, size int64) *reader {
 
 func (r *reader) fail(what string) error {
 	if r.err == nil {
-		r.err = fmt.Errorf("rdb: at byte %d: %s: %w", r.read, what, ErrCorrupt)
+		r.err = fmt.Errorf("rdb: at byte %d: %s: %w", r.read.Load(), what, ErrCorrupt)
 	}
 	return r.err
 }
@@ -49,7 +51,7 @@ func (r *reader) bytes(n uint64, what string) ([]byte, error) {
 	}
 	r.crc = crc(r.crc, b)
 	r.left -= int64(n)
-	r.read += int64(n)
+	r.read.Add(int64(n))
 	return b, nil
 }
 
