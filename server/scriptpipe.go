@@ -36,6 +36,10 @@ type scriptPipe struct {
 	held     bool // the batch holds the transaction lock exclusively
 	running  int  // scripts admitted that have not ended
 	admitted int  // scripts admitted into this batch
+	// opened, while a script waits for the transaction lock to start a
+	// batch, is closed once it holds it: the scripts that arrive
+	// meanwhile wait for it and join that batch.
+	opened   chan struct{}
 	inflight map[watchKey]*flight
 	flights  map[*flight]bool // every commit in flight
 	global   map[*flight]bool // commits in flight whose keys are not named
@@ -51,21 +55,37 @@ type flight struct {
 }
 
 // enterScripts admits a script into the running batch, or starts one by
-// taking the exclusive transaction lock.
+// taking the exclusive transaction lock. Only one script waits on that
+// lock for a batch: had every script that found the batch full waited on
+// it, each would have taken it for a batch of its own (one script at a
+// time again, each with its own synced commit).
 func (s *Server) enterScripts() {
 	p := &s.pipe
 	p.mu.Lock()
-	if p.held && p.admitted < maxScriptBatch {
-		p.running++
-		p.admitted++
+	for {
+		if p.held && p.admitted < maxScriptBatch {
+			p.running++
+			p.admitted++
+			p.mu.Unlock()
+			return
+		}
+		if p.opened == nil {
+			break
+		}
+		opened := p.opened
 		p.mu.Unlock()
-		return
+		<-opened
+		p.mu.Lock()
 	}
+	opened := make(chan struct{})
+	p.opened = opened
 	p.mu.Unlock()
 	s.txmu.Lock()
 	p.mu.Lock()
 	p.held, p.running, p.admitted = true, 1, 1
+	p.opened = nil
 	p.mu.Unlock()
+	close(opened)
 }
 
 // leaveScripts ends an admitted script; the last one out of the batch
