@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"sync/atomic"
 )
 
 // Scripts in a batch. A script is one unit towards other clients: it runs
@@ -29,8 +30,10 @@ import (
 //     waits for the earlier commits in flight that write any of its keys
 //     (and for all of them after a script that wrote without naming its
 //     keys).
-//   - A batch admits at most maxScriptBatch scripts, so that other
-//     clients' commands get the lock between batches.
+//   - Once another command waits for the transaction lock, a batch
+//     admits no more than maxScriptBatch scripts, so that it gets the
+//     lock soon; while none waits, a batch goes on admitting (ending it
+//     would only make the next script wait for every commit in flight).
 type scriptPipe struct {
 	mu       sync.Mutex
 	held     bool // the batch holds the transaction lock exclusively
@@ -45,8 +48,34 @@ type scriptPipe struct {
 	global   map[*flight]bool // commits in flight whose keys are not named
 }
 
-// maxScriptBatch bounds how many scripts one batch admits.
+// maxScriptBatch bounds how many scripts one batch admits while other
+// commands wait for the transaction lock.
 const maxScriptBatch = 64
+
+// txLock is the transaction lock (sync.RWMutex) counting the callers
+// waiting for it, so that a batch of scripts knows whether to end.
+type txLock struct {
+	sync.RWMutex
+	waiting atomic.Int32
+}
+
+// Lock takes the lock exclusively.
+func (l *txLock) Lock() {
+	if !l.TryLock() {
+		l.waiting.Add(1)
+		l.RWMutex.Lock()
+		l.waiting.Add(-1)
+	}
+}
+
+// RLock takes the lock shared.
+func (l *txLock) RLock() {
+	if !l.TryRLock() {
+		l.waiting.Add(1)
+		l.RWMutex.RLock()
+		l.waiting.Add(-1)
+	}
+}
 
 // flight is one script's commit in flight.
 type flight struct {
@@ -63,7 +92,7 @@ func (s *Server) enterScripts() {
 	p := &s.pipe
 	p.mu.Lock()
 	for {
-		if p.held && p.admitted < maxScriptBatch {
+		if p.held && (p.admitted < maxScriptBatch || s.txmu.waiting.Load() == 0) {
 			p.running++
 			p.admitted++
 			p.mu.Unlock()

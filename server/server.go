@@ -233,7 +233,7 @@ type Server struct {
 	// txmu is the transaction lock: shared by every data command,
 	// exclusive for EXEC (tx.go) and a batch of scripts (pipe,
 	// scriptpipe.go), whose Lua runs one at a time under luaMu.
-	txmu  sync.RWMutex
+	txmu  txLock
 	pipe  scriptPipe
 	luaMu sync.Mutex
 	// pending: intent records left behind by failed commits, completed
