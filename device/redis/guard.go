@@ -140,6 +140,15 @@ const maxArrayLen = 1 << 20
 
 // guardedDialer dials like go-redis and guards the connection; a bulk may
 // be as long as the largest value or 16 MiB (INFO, CONFIG).
+//
+// Its TCP connections close abortively (SO_LINGER 0: the unsent data is
+// dropped and a reset sent). go-redis closes a connection whose call
+// timed out before the call returns its error; closed gracefully, the
+// kernel would keep the call's unsent commands and retransmit them, so
+// that a SET the array counted as failed (and recorded as missed) would
+// reach the server seconds after a cut link came back, over the resync's
+// repair and newer writes. Aborted, what a failed call sent either
+// arrived before its error was returned, or never arrives.
 func guardedDialer(timeout time.Duration, maxValue int) func(context.Context, string, string) (net.Conn, error) {
 	d := &net.Dialer{Timeout: timeout, KeepAlive: 5 * time.Minute}
 	maxBulk := max(int64(maxValue), 16<<20)
@@ -147,6 +156,12 @@ func guardedDialer(timeout time.Duration, maxValue int) func(context.Context, st
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			if err := tc.SetLinger(0); err != nil {
+				c.Close()
+				return nil, err
+			}
 		}
 		return &guardConn{Conn: c, maxBulk: maxBulk, maxArray: maxArrayLen}, nil
 	}

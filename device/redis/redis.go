@@ -14,7 +14,10 @@
 //     connection, a closed device and any server error reply (LOADING,
 //     BUSY, MASTERDOWN, READONLY, NOAUTH, an unknown command...) surface as
 //     errors wrapping device.ErrDeviceFailed, so the array marks the device
-//     failed and serves from the others. Two replies are told apart: OOM
+//     failed and serves from the others. Nor is anything delivered late:
+//     a call that failed has either reached the server before its error
+//     was returned or never will (connections close abortively, see
+//     guardedDialer). Two replies are told apart: OOM
 //     (the server's maxmemory is reached) is device.ErrFull (and
 //     ErrNoSpace): the array keeps reading it and stops writing it until
 //     a trial write succeeds again; and

@@ -268,6 +268,10 @@ var Model = porcupine.Model{
 			return fmt.Sprintf("XADD %s %s -> %s", reg, in.Value, out.Value)
 		case in.Kind == XRange:
 			return fmt.Sprintf("XRANGE %s -> [%s]", reg, out.Value)
+		case in.Kind == LPop && !out.Found:
+			return fmt.Sprintf("LPOP %s -> nil", reg)
+		case in.Kind == LPop:
+			return fmt.Sprintf("LPOP %s -> %s", reg, out.Value)
 		case in.Kind == Swap && !out.Found:
 			return fmt.Sprintf("%v %s %s -> nil", in.Kind, reg, in.Value)
 		case in.Kind == Swap:

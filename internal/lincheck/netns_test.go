@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvarray/kvarray/device/redis"
 	"github.com/kvarray/kvarray/device/redis/redistest"
 	"github.com/kvarray/kvarray/internal/lincheck"
 	"github.com/kvarray/kvarray/mechanism"
@@ -198,4 +199,48 @@ func TestDevicesOnOtherHosts(t *testing.T) {
 		t.Errorf("%d writes failed with one device cut off", n)
 	}
 	check(t, rec, seed)
+}
+
+// TestCutLinkDropsUnsentWrite: a write that times out on a cut link is
+// not delivered when the link comes back. The device's connection holds
+// it unsent; were the connection closed gracefully, the kernel would go
+// on retransmitting it, and the server would apply it seconds after the
+// link returned, over whatever the array had written since (a resync's
+// repair, newer writes): a stale write from the past that no record
+// names. The invariant: once a call has failed, nothing it sent changes
+// the device afterwards.
+func TestCutLinkDropsUnsentWrite(t *testing.T) {
+	netnsPermitted(t)
+	h := newHost(t, 7)
+	ctx := context.Background()
+	d, err := redis.Open(ctx, "redis://"+h.addr+"/0", redis.WithTimeout(500*time.Millisecond), redis.WithPoolSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	key := []byte("kkkk")
+	if err := d.Store(ctx, key, []byte("acknowledged")); err != nil {
+		t.Fatal(err)
+	}
+	h.cut(t)
+	if err := d.Store(ctx, key, []byte("failed")); err == nil {
+		t.Fatal("a store over a cut link succeeded")
+	}
+	// The link returns; the retransmissions of a gracefully closed
+	// socket (backing off by doubling from 200 ms) would reach the
+	// server within seconds.
+	time.Sleep(time.Second)
+	h.restore(t)
+	cli := redistest.Need(t, "redis-cli")
+	far, _, _ := strings.Cut(h.addr, ":")
+	for range 12 {
+		time.Sleep(500 * time.Millisecond)
+		out, err := exec.Command(cli, "-h", far, "-p", "6379", "get", "kkkk").Output()
+		if err != nil {
+			continue // the link may take a moment
+		}
+		if got := strings.TrimSpace(string(out)); got != "acknowledged" {
+			t.Fatalf("the device holds %q after the link came back: the failed store was delivered late", got)
+		}
+	}
 }
