@@ -12,26 +12,33 @@
 # the failures docs/compatibility.md explains. Any other failure fails this
 # script. Usage, from the repository root:
 #   server/clienttest/redis-tcl.sh REDIS_SOURCE_DIR
-# where REDIS_SOURCE_DIR is Redis's source tree (apt-get source redis).
+# where REDIS_SOURCE_DIR is Redis's source tree (apt-get source redis);
+# UNITS="unit/x ..." runs only those, TCL_JOBS=n n at a time (2).
 set -uo pipefail
 src=${1:?usage: $0 REDIS_SOURCE_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 work=$(mktemp -d)
-trap 'kill $pid 2>/dev/null; rm -rf "$work"' EXIT
+# On any exit, the unit runs and every server this script started (their
+# binary is under $work) go.
+trap 'kill $(jobs -p) 2>/dev/null; pkill -f "^$work/kvarray " 2>/dev/null; wait; rm -rf "$work"' EXIT
 go build -C "$root" -o "$work/kvarray" ./cmd/kvarray || exit 1
 # runtest looks for the binaries under src/ even against an external server.
 mkdir -p "$src/src"
 for b in redis-server redis-cli redis-benchmark; do
 	[ -e "$src/src/$b" ] || ln -s "$(command -v $b)" "$src/src/$b"
 done
-pid=
-failed=()
-# run UNIT [RUNTEST ARGS...]: a fresh `kvarray serve`, then the unit.
+# run UNIT [RUNTEST ARGS...]: a fresh `kvarray serve`, then the unit. It
+# prints its report and appends each unexpected failure, one a line, to
+# $failures. Units run $TCL_JOBS at once (2 by default: a unit mostly
+# waits on its server's syncs and its own round trips, and Redis's suite
+# runs its units side by side too); each report prints whole.
+failures=$work/failures
+: >"$failures"
 run() {
 	local unit=$1
 	shift
-	local d port base out passed
+	local d port base out passed pid failed=()
 	# A random port can be taken: a server that does not answer is shown
 	# and replaced by one on another port.
 	local up=
@@ -78,6 +85,17 @@ run() {
 	while IFS= read -r name; do
 		grep -qxF "$name" "$here/tcl/expected-failures.txt" || { echo "$out" | grep -A3 -F "[err]: $name in"; failed+=("$unit: $name"); }
 	done < <(grep '^\[err\]' <<<"$out" | sed 's/^\[err\]: //; s/ in tests\/.*//')
+	[ ${#failed[@]} -eq 0 ] || printf '%s\n' "${failed[@]}" >>"$failures"
+}
+jobs=${TCL_JOBS:-2}
+n=0
+# start UNIT [RUNTEST ARGS...]: run in the background, its report to a
+# file printed when it ends, once fewer than $jobs runs are going.
+start() {
+	while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+	n=$((n + 1))
+	local report=$work/report.$n
+	{ run "$@" >"$report.tmp" 2>&1; mv "$report.tmp" "$report"; cat "$report"; } &
 }
 # tcl/slow.txt: tests that pass but take over 20 s each on a shared
 # machine (10^4 round trips); TCL_SLOW=1 runs them too.
@@ -99,9 +117,10 @@ declare -A onmem=([unit/type/list-2]=1 [unit/type/list-3]=1 [unit/type/zset]=1)
 # need no server of their own: they run from a copy without that tag (the
 # later blocks, replication, stay skipped).
 declare -A external=([unit/pubsubshard]=1)
-# UNITS, if set, runs only those units.
-for unit in ${UNITS:-unit/type/string unit/type/incr unit/type/hash unit/type/set unit/type/list unit/type/list-2 unit/type/list-3 unit/type/zset unit/type/stream unit/type/stream-cgroups unit/keyspace unit/expire unit/multi unit/scan unit/protocol unit/info-command unit/pubsub unit/pubsubshard unit/scripting unit/functions unit/bitops unit/bitfield unit/hyperloglog unit/slowlog unit/dump unit/geo unit/sort unit/tracking}; do
-	label=${extra[$unit]:-} run $unit --skipfile "$here/tcl/skip.txt" "${slow[@]}" ${extra[$unit]:-}
+# UNITS, if set, runs only those units. The longest (a minute or more
+# each) start first, so that the two lines end together.
+for unit in ${UNITS:-unit/scan unit/sort unit/type/set unit/type/list-3 unit/type/zset unit/type/string unit/type/incr unit/type/hash unit/type/list unit/type/list-2 unit/type/stream unit/type/stream-cgroups unit/keyspace unit/expire unit/multi unit/protocol unit/info-command unit/pubsub unit/pubsubshard unit/scripting unit/functions unit/bitops unit/bitfield unit/hyperloglog unit/slowlog unit/dump unit/geo unit/sort unit/tracking}; do
+	label=${extra[$unit]:-} start $unit --skipfile "$here/tcl/skip.txt" "${slow[@]}" ${extra[$unit]:-}
 done
 # tcl/alone.txt: "unit|test|test..." for tests that pass only on the
 # state a skipped test would have left (skip.txt lists them too): they run
@@ -111,10 +130,11 @@ while IFS='|' read -r -a line; do
 	[ -z "${UNITS:-}" ] || [[ " $UNITS " == *" $unit "* ]] || continue
 	only=()
 	for name in "${line[@]:1}"; do only+=(--only "$name"); done
-	label="alone: ${line[*]:1}" run "$unit" "${only[@]}"
+	label="alone: ${line[*]:1}" start "$unit" "${only[@]}"
 done <"$here/tcl/alone.txt"
-if [ ${#failed[@]} -gt 0 ]; then
-	printf 'unexpected failure: %s\n' "${failed[@]}"
+wait
+if [ -s "$failures" ]; then
+	sed 's/^/unexpected failure: /' "$failures"
 	exit 1
 fi
 echo "redis-tcl: ok"
