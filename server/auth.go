@@ -293,7 +293,7 @@ func (s *Server) aclLog(c *call, r acl.Reason, object, username string) {
 
 // clientInfo is the connection's CLIENT INFO line, without its newline.
 func (c *call) clientInfo() string {
-	l := c.cl.info(time.Now())
+	l := c.infoOf(c.cl, time.Now())
 	return l[:len(l)-1]
 }
 

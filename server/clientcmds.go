@@ -24,47 +24,81 @@ type pause struct {
 
 // clientListFilter parses CLIENT LIST's [TYPE t] [ID id...]: the ids to
 // list, nil for all.
-func (c *call) clientListFilter() (map[int64]bool, bool) {
-	var ids map[int64]bool
+func (c *call) clientListFilter() (clientFilter, bool) {
+	var f clientFilter
 	for i := 2; i < len(c.args); i++ {
 		switch upper(c.args[i]) {
 		case "TYPE":
 			if i+1 >= len(c.args) {
 				c.syntaxError()
-				return nil, false
+				return f, false
 			}
 			i++
-			switch t := strings.ToLower(string(c.args[i])); t {
-			case "normal":
-			case "master", "replica", "slave", "pubsub":
-				ids = map[int64]bool{}
-			default:
-				c.error(fmt.Sprintf("ERR Unknown client type '%s'", truncate(c.args[i], 64)))
-				return nil, false
+			if f.typ = c.clientTypeArg(c.args[i]); f.typ == "" {
+				return f, false
 			}
 		case "ID":
 			if i+1 >= len(c.args) {
 				c.syntaxError()
-				return nil, false
+				return f, false
 			}
-			if ids == nil {
-				ids = map[int64]bool{}
+			if f.ids == nil {
+				f.ids = map[int64]bool{}
 			}
 			for i+1 < len(c.args) {
 				id, err := parseInt(c.args[i+1])
 				if err != nil || id <= 0 {
 					c.error("ERR Invalid client ID")
-					return nil, false
+					return f, false
 				}
-				ids[id] = true
+				f.ids[id] = true
 				i++
 			}
 		default:
 			c.syntaxError()
-			return nil, false
+			return f, false
 		}
 	}
-	return ids, true
+	return f, true
+}
+
+// clientFilter is CLIENT LIST's choice: the connections of these ids
+// (nil: any) of this type ("": any).
+type clientFilter struct {
+	ids map[int64]bool
+	typ string
+}
+
+func (f clientFilter) match(s *Server, cl *conn) bool {
+	return (f.ids == nil || f.ids[cl.id]) && (f.typ == "" || s.clientType(cl) == f.typ)
+}
+
+// clientTypeArg parses a TYPE argument (normal, master, replica or its
+// old name slave, pubsub), replying with Redis's error to another.
+func (c *call) clientTypeArg(a []byte) string {
+	switch t := strings.ToLower(string(a)); t {
+	case "normal", "master", "replica", "pubsub":
+		return t
+	case "slave":
+		return "replica"
+	}
+	c.error(fmt.Sprintf("ERR Unknown client type '%s'", truncate(a, 64)))
+	return ""
+}
+
+// clientType is a connection's type as CLIENT LIST and CLIENT KILL TYPE
+// see it: the replication link to this server's master, a replica's
+// connection (it sent SYNC), a subscriber, or normal.
+func (s *Server) clientType(cl *conn) string {
+	switch {
+	case cl.master:
+		return "master"
+	case cl.replicaLink.Load():
+		return "replica"
+	case cl.subCount() > 0:
+		return "pubsub"
+	}
+	return "normal"
 }
 
 // clientKill: CLIENT KILL ip:port (old form, OK or an error) or CLIENT
@@ -75,7 +109,7 @@ func (c *call) clientKill() {
 		return
 	}
 	var id int64
-	var addr, laddr, userName string
+	var addr, laddr, userName, typ string
 	skipMe, oldForm := true, len(c.args) == 3
 	if oldForm {
 		addr = string(c.args[2])
@@ -99,11 +133,14 @@ func (c *call) clientKill() {
 			case "LADDR":
 				laddr = v
 			case "TYPE":
-				if strings.ToLower(v) != "normal" {
-					c.w.WriteInt(0)
+				if typ = c.clientTypeArg(c.args[i+1]); typ == "" {
 					return
 				}
 			case "USER":
+				if c.s.acl.User(v) == nil {
+					c.error(fmt.Sprintf("ERR No such user '%s'", truncate(c.args[i+1], 64)))
+					return
+				}
 				userName = v
 			case "SKIPME":
 				switch strings.ToLower(v) {
@@ -132,7 +169,8 @@ func (c *call) clientKill() {
 	mayOthers := r == acl.Allowed
 	killed := 0
 	for _, cl := range conns {
-		if id != 0 && cl.id != id || addr != "" && cl.addr != addr || laddr != "" && cl.laddr != laddr {
+		if id != 0 && cl.id != id || addr != "" && cl.addr != addr || laddr != "" && cl.laddr != laddr ||
+			typ != "" && c.s.clientType(cl) != typ {
 			continue
 		}
 		u := c.s.who(cl)

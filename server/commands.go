@@ -51,8 +51,9 @@ type entry struct {
 	rejected, failed atomic.Int64
 }
 
-func (e *entry) admin() bool { return slices.Contains(e.flags, "admin") }
-func (e *entry) write() bool { return slices.Contains(e.flags, "write") }
+func (e *entry) admin() bool       { return slices.Contains(e.flags, "admin") }
+func (e *entry) write() bool       { return slices.Contains(e.flags, "write") }
+func (e *entry) skipMonitor() bool { return slices.Contains(e.flags, "skip_monitor") }
 
 // Argument builders for the table.
 func keyArg(name string) arg         { return arg{name: name, typ: "key"} }
@@ -582,7 +583,7 @@ func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *res
 		return
 	}
 	c.e = e
-	cl.lastCmd.Store(&e.name)
+	cl.lastCmd.Store(s.shownName(e, cmd.Args))
 	if n := len(cmd.Args); e.arity > 0 && n != e.arity || e.arity < 0 && n < -e.arity {
 		c.arityError(e.name)
 		c.abortTx()
@@ -656,10 +657,24 @@ func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *res
 	if cl.tracking.Load() && readTracked(e) {
 		s.trackKeys(cl, c.args)
 	}
+	s.feedMonitorsFirst(c)
 	e.run(c)
 	// Idle from the command's end (CONFIG timeout), not its start.
 	cl.last.Store(time.Now().UnixNano())
 	s.feedMonitors(c)
+}
+
+// shownName is the command's name as CLIENT LIST shows it: a container's
+// with its subcommand ("client|list").
+func (s *Server) shownName(e *entry, args [][]byte) *string {
+	if len(args) > 1 {
+		if ac := s.acl.Table().Lookup(e.name); ac != nil && len(ac.Subcommands) > 0 {
+			if sc := s.acl.Table().Resolve(args); sc != nil && sc != ac {
+				return &sc.Name
+			}
+		}
+	}
+	return &e.name
 }
 
 // lookup finds a command by name, in any case, without allocating.

@@ -3,8 +3,10 @@ package server
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/kvarray/kvarray/internal/glob"
@@ -26,6 +28,10 @@ type runtimeConfig struct {
 	latencyThreshold atomic.Int64
 	// requirepass is CONFIG's requirepass (introspect.go).
 	requirepass atomic.Pointer[string]
+	// inert holds the values CONFIG SET gave the parameters kvarray
+	// accepts without acting on them (inertParam).
+	inertMu sync.Mutex
+	inert   map[string]string
 }
 
 func (rc *runtimeConfig) init(o options) {
@@ -50,14 +56,141 @@ func busyThreshold(name string) param {
 }
 
 // param is one CONFIG parameter: its value, and how to set it (nil: it
-// cannot change at run time).
+// cannot change at run time). A hidden one is listed only when asked for
+// by its exact name, as Redis's.
 type param struct {
-	name string
-	get  func(s *Server) string
-	set  func(s *Server, v string) error
+	name   string
+	get    func(s *Server) string
+	set    func(s *Server, v string) error
+	hidden bool
 }
 
 func constant(v string) func(*Server) string { return func(*Server) string { return v } }
+
+func hidden(p param) param { p.hidden = true; return p }
+
+// inertParam is a Redis parameter that tunes what kvarray does not have
+// (Redis's memory limit and eviction sampling, its replication backlog,
+// its snapshot schedule: kvarray's data is on its devices, and a full
+// device refuses writes itself): CONFIG SET takes a valid value and
+// CONFIG GET reports it, so that tools and tests that set them work, and
+// nothing else changes (docs/compatibility.md). check validates a value
+// and returns it as GET shows it.
+func inertParam(name, def string, check func(string) (string, error)) param {
+	return param{name: name,
+		get: func(s *Server) string {
+			s.cfg.inertMu.Lock()
+			defer s.cfg.inertMu.Unlock()
+			if v, ok := s.cfg.inert[name]; ok {
+				return v
+			}
+			return def
+		},
+		set: func(s *Server, v string) error {
+			v, err := check(v)
+			if err != nil {
+				return err
+			}
+			s.cfg.inertMu.Lock()
+			defer s.cfg.inertMu.Unlock()
+			if s.cfg.inert == nil {
+				s.cfg.inert = map[string]string{}
+			}
+			s.cfg.inert[name] = v
+			return nil
+		}}
+}
+
+// memoryValue parses a size as Redis's configuration does (1k = 1000,
+// 1kb = 1024, m, mb, g, gb), returning it in bytes.
+func memoryValue(v string) (string, error) {
+	l := strings.ToLower(v)
+	mul := uint64(1)
+	for _, u := range []struct {
+		suffix string
+		mul    uint64
+	}{{"kb", 1 << 10}, {"mb", 1 << 20}, {"gb", 1 << 30}, {"k", 1e3}, {"m", 1e6}, {"g", 1e9}, {"b", 1}} {
+		if strings.HasSuffix(l, u.suffix) {
+			l, mul = strings.TrimSuffix(l, u.suffix), u.mul
+			break
+		}
+	}
+	n, err := strconv.ParseUint(l, 10, 64)
+	if err != nil || n > (1<<63-1)/mul {
+		return "", errors.New("argument must be a memory value")
+	}
+	return strconv.FormatUint(n*mul, 10), nil
+}
+
+// memoryOrPercent is maxmemory-clients': a memory value, or a percentage
+// of maxmemory up to 100.
+func memoryOrPercent(v string) (string, error) {
+	if p, ok := strings.CutSuffix(v, "%"); ok {
+		n, err := strconv.ParseUint(p, 10, 64)
+		if err != nil {
+			return "", errors.New("argument must be a memory or percent value")
+		}
+		if n > 100 {
+			return "", errors.New("percentage argument must be less or equal to 100")
+		}
+		return v, nil
+	}
+	return memoryValue(v)
+}
+
+// intIn accepts an integer in [lo, hi].
+func intIn(lo, hi int64) func(string) (string, error) {
+	return func(v string) (string, error) {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < lo || n > hi {
+			return "", fmt.Errorf("argument must be between %d and %d inclusive", lo, hi)
+		}
+		return strconv.FormatInt(n, 10), nil
+	}
+}
+
+//lint:ignore ST1005 Redis's own wording, in its reply
+var errSaveParams = errors.New("Invalid save parameters")
+
+// saveSchedule accepts Redis's save: pairs of seconds and changes, or "".
+func saveSchedule(v string) (string, error) {
+	f := strings.Fields(v)
+	if len(f)%2 != 0 {
+		return "", errSaveParams
+	}
+	for _, x := range f {
+		if n, err := strconv.ParseInt(x, 10, 64); err != nil || n < 0 {
+			return "", errSaveParams
+		}
+	}
+	return strings.Join(f, " "), nil
+}
+
+// listenParam is a part of the address the server listens on (bind,
+// port): fixed by --listen.
+func listenParam(name string, part func(*net.TCPAddr) string) param {
+	return param{name: name, get: func(s *Server) string {
+		for _, a := range s.Addrs() {
+			if t, ok := a.(*net.TCPAddr); ok {
+				return part(t)
+			}
+		}
+		return ""
+	}}
+}
+
+// replicaofParam is replicaof (and its old name slaveof): the master
+// REPLICAOF follows, "" on a master; changed by REPLICAOF, not CONFIG.
+func replicaofParam(name string) param {
+	return param{name: name, get: func(s *Server) string {
+		s.repl.mu.Lock()
+		defer s.repl.mu.Unlock()
+		if s.repl.host == "" {
+			return ""
+		}
+		return fmt.Sprintf("%s %d", s.repl.host, s.repl.port)
+	}}
+}
 
 // params are the parameters kvarray has, and the ones tools read at start
 // (redis-benchmark asks for save and appendonly), with the values that
@@ -65,7 +198,7 @@ func constant(v string) func(*Server) string { return func(*Server) string { ret
 // no eviction.
 var params = []param{
 	{name: "appendonly", get: constant("no")},
-	{name: "save", get: constant("")},
+	inertParam("save", "", saveSchedule),
 	{name: "databases", get: func(s *Server) string { return strconv.Itoa(s.o.databases) }},
 	{name: "maxclients", get: func(s *Server) string { return strconv.FormatInt(s.cfg.maxClients.Load(), 10) },
 		set: func(s *Server, v string) error {
@@ -87,7 +220,24 @@ var params = []param{
 		}},
 	busyThreshold("busy-reply-threshold"),
 	busyThreshold("lua-time-limit"),
-	{name: "maxmemory", get: constant("0")},
+	inertParam("maxmemory", "0", memoryValue),
+	inertParam("maxmemory-samples", "5", intIn(1, 1<<31-1)),
+	inertParam("maxmemory-eviction-tenacity", "10", intIn(0, 100)),
+	inertParam("maxmemory-clients", "0", memoryOrPercent),
+	inertParam("repl-backlog-size", "1048576", func(v string) (string, error) {
+		// Redis's floor: 16 KiB.
+		b, err := memoryValue(v)
+		if n, _ := strconv.ParseUint(b, 10, 64); err == nil && n < 16384 {
+			b = "16384"
+		}
+		return b, err
+	}),
+	hidden(inertParam("key-load-delay", "0", intIn(-1<<31, 1<<31-1))),
+	{name: "daemonize", get: constant("no")},
+	listenParam("bind", func(a *net.TCPAddr) string { return a.IP.String() }),
+	listenParam("port", func(a *net.TCPAddr) string { return strconv.Itoa(a.Port) }),
+	replicaofParam("replicaof"),
+	replicaofParam("slaveof"),
 	{name: "notify-keyspace-events", get: func(s *Server) string { return s.notifyConf().String() },
 		set: func(s *Server, v string) error {
 			e, ok := pubsub.ParseEvents(v)
@@ -141,7 +291,8 @@ func cmdConfig(c *call) {
 		var out []*param
 		for i := range params {
 			for _, pat := range c.args[2:] {
-				if glob.Match([]byte(strings.ToLower(string(pat))), []byte(params[i].name)) {
+				pat := strings.ToLower(string(pat))
+				if params[i].hidden && pat == params[i].name || !params[i].hidden && glob.Match([]byte(pat), []byte(params[i].name)) {
 					out = append(out, &params[i])
 					break
 				}
@@ -157,27 +308,47 @@ func cmdConfig(c *call) {
 			c.arityError("config|set")
 			return
 		}
-		// All or nothing: check every name first, as Redis 7.
+		// All or nothing, as Redis 7: the names first (unknown, given
+		// twice), then each value in turn; the first refused undoes the
+		// ones before it (setting a parameter to what it held always
+		// succeeds).
+		seen := map[string]bool{}
 		for i := 2; i < len(c.args); i += 2 {
 			name := strings.ToLower(string(c.args[i]))
-			p := findParam(name)
 			switch {
-			case p == nil:
+			case findParam(name) == nil:
 				c.error(fmt.Sprintf("ERR Unknown option or number of arguments for CONFIG SET - '%s'", truncate(c.args[i], 128)))
 				return
-			case p.set == nil && p.get(c.s) != string(c.args[i+1]):
-				c.error(fmt.Sprintf("ERR CONFIG SET failed (possibly related to argument '%s') - can't set immutable config", name))
+			case seen[name]:
+				c.error(fmt.Sprintf("ERR CONFIG SET failed (possibly related to argument '%s') - duplicate parameter", name))
 				return
 			}
+			seen[name] = true
 		}
+		type old struct {
+			p *param
+			v string
+		}
+		var done []old
 		for i := 2; i < len(c.args); i += 2 {
 			p := findParam(strings.ToLower(string(c.args[i])))
-			if p.set == nil {
-				continue
+			v, was := string(c.args[i+1]), p.get(c.s)
+			var err error
+			switch {
+			case p.set != nil:
+				err = p.set(c.s, v)
+			case v != was:
+				err = errors.New("can't set immutable config")
 			}
-			if err := p.set(c.s, string(c.args[i+1])); err != nil {
+			if err != nil {
+				for j := len(done) - 1; j >= 0; j-- {
+					_ = done[j].p.set(c.s, done[j].v)
+				}
 				c.error(fmt.Sprintf("ERR CONFIG SET failed (possibly related to argument '%s') - %v", p.name, err))
 				return
+			}
+			if p.set != nil {
+				done = append(done, old{p, was})
 			}
 		}
 		c.ok()
@@ -189,7 +360,7 @@ func cmdConfig(c *call) {
 	case "help":
 		c.lines([]string{"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
 			"GET <pattern>", "    Return parameters matching the glob-like <pattern> and their values.",
-			"SET <directive> <value>", "    Set the configuration <directive> to <value> (maxclients; the others are fixed).",
+			"SET <directive> <value>", "    Set the configuration <directive> to <value> (all or none of several).",
 			"RESETSTAT", "    Reset statistics reported by the INFO command.",
 			"HELP", "    Print this help."})
 	default:

@@ -3,8 +3,11 @@ package server
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kvarray/kvarray/pubsub"
 )
 
 // redisVersion is the Redis version the server reports (HELLO, INFO,
@@ -219,10 +222,10 @@ func cmdClient(c *call) {
 		c.ok()
 	case "info":
 		if want(2) {
-			c.w.WriteVerbatim(c.cl.info(time.Now()))
+			c.w.WriteVerbatim(c.infoOf(c.cl, time.Now()))
 		}
 	case "list":
-		ids, ok := c.clientListFilter()
+		f, ok := c.clientListFilter()
 		if !ok {
 			return
 		}
@@ -233,8 +236,8 @@ func cmdClient(c *call) {
 		var b strings.Builder
 		now := time.Now()
 		for _, cl := range conns {
-			if ids == nil || ids[cl.id] {
-				b.WriteString(cl.info(now))
+			if f.match(c.s, cl) {
+				b.WriteString(c.infoOf(cl, now))
 			}
 		}
 		c.w.WriteVerbatim(b.String())
@@ -287,8 +290,13 @@ func cmdClient(c *call) {
 	}
 }
 
-// info is the connection's line in CLIENT LIST.
-func (cl *conn) info(now time.Time) string {
+// infoOf is cl's line in CLIENT LIST and CLIENT INFO as c sees it:
+// Redis 7.0's fields, then 7.2's lib-name and lib-ver. What only cl's own
+// goroutine may read is read from its mirrors (dbShown, txShown, proto3);
+// the buffer sizes kvarray does not keep as Redis does are those of the
+// command running (qbuf, for c's own line) or 0.
+func (c *call) infoOf(cl *conn, now time.Time) string {
+	s := c.s
 	cl.mu.Lock()
 	name, libName, lib := cl.name, cl.libName, cl.lib
 	cl.mu.Unlock()
@@ -297,8 +305,67 @@ func (cl *conn) info(now time.Time) string {
 		cmd = *p
 	}
 	idle := now.Sub(time.Unix(0, cl.last.Load()))
-	return fmt.Sprintf("id=%d addr=%s laddr=%s name=%s age=%d idle=%d db=%d cmd=%s lib-name=%s lib-ver=%s\n",
-		cl.id, cl.addr, cl.laddr, name, int(now.Sub(cl.created).Seconds()), int(idle.Seconds()), cl.dbShown.Load(), cmd, libName, lib)
+	var sub, psub, ssub int
+	cl.subsMu.Lock()
+	sub, psub, ssub = len(cl.subs[pubsub.Channel]), len(cl.subs[pubsub.Pattern]), len(cl.subs[pubsub.Shard])
+	cl.subsMu.Unlock()
+	flags := ""
+	switch s.clientType(cl) {
+	case "master":
+		flags += "M"
+	case "replica":
+		flags += "S"
+	case "pubsub":
+		flags += "P"
+	}
+	multi := int(cl.txShown.Load()) - 1
+	if multi >= 0 {
+		flags += "x"
+	}
+	if s.isBlocked(cl) {
+		flags += "b"
+	}
+	if s.mon.has(cl) {
+		flags += "O"
+	}
+	redir := int64(-1)
+	if cl.tracking.Load() {
+		flags += "t"
+		s.trk.mu.Lock()
+		redir = cl.trk.redirect
+		s.trk.mu.Unlock()
+		if redir == 0 {
+			redir = -1
+		}
+	}
+	if flags == "" {
+		flags = "N"
+	}
+	qbuf := 0
+	if cl == c.cl {
+		qbuf = respLen(c.args)
+	}
+	user := "default"
+	if u := s.who(cl); u != nil {
+		user = u.Name()
+	}
+	resp := 2
+	if cl.proto3.Load() {
+		resp = 3
+	}
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s db=%d sub=%d psub=%d ssub=%d multi=%d "+
+		"qbuf=%d qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=%d resp=%d lib-name=%s lib-ver=%s\n",
+		cl.id, cl.addr, cl.laddr, cl.fd, name, int(now.Sub(cl.created).Seconds()), int(idle.Seconds()), flags, cl.dbShown.Load(),
+		sub, psub, ssub, multi, qbuf, cmd, user, redir, resp, libName, lib)
+}
+
+// respLen is the length of args sent as a RESP array of bulk strings.
+func respLen(args [][]byte) int {
+	n := 1 + len(strconv.Itoa(len(args))) + 2
+	for _, a := range args {
+		n += 1 + len(strconv.Itoa(len(a))) + 2 + len(a) + 2
+	}
+	return n
 }
 
 // cmdQuit replies OK and closes the connection: commands pipelined after

@@ -74,3 +74,65 @@ func TestConfigSetRequirepass(t *testing.T) {
 		t.Fatalf("after lifting it: %s", r)
 	}
 }
+
+// TestConfigSetSameAsRedis compares CONFIG SET and GET of the parameters
+// kvarray accepts without acting on them (maxmemory and its kin, the
+// replication backlog, the snapshot schedule), the all-or-nothing rule
+// (the first value refused undoes the ones before it), duplicates and
+// immutable parameters, and CLIENT KILL's argument errors with a real
+// redis-server.
+func TestConfigSetSameAsRedis(t *testing.T) {
+	ts := startServer(t, "")
+	redisAddr := startRedis(t)
+	script := [][]string{
+		{"CONFIG", "SET", "maxmemory", "10mb", "repl-backlog-size", "2k", "save", "3000 5"},
+		{"CONFIG", "GET", "maxmemory"}, {"CONFIG", "GET", "repl-backlog-size"}, {"CONFIG", "GET", "save"},
+		{"CONFIG", "SET", "maxmemory", "1gb", "maxmemory-clients", "200%", "maxmemory-samples", "x"},
+		{"CONFIG", "GET", "maxmemory"}, {"CONFIG", "GET", "maxmemory-clients"},
+		{"CONFIG", "SET", "maxmemory-samples", "0"}, {"CONFIG", "SET", "maxmemory", "lots"},
+		{"CONFIG", "SET", "maxmemory-clients", "5%"}, {"CONFIG", "GET", "maxmemory-clients"},
+		{"CONFIG", "SET", "maxmemory", "1", "maxmemory", "2"}, {"CONFIG", "SET", "daemonize", "yes"},
+		{"CONFIG", "SET", "save", "1 2 3"}, {"CONFIG", "SET", "save", ""}, {"CONFIG", "GET", "save"},
+		{"CONFIG", "GET", "key-load-delay"}, {"CONFIG", "GET", "key-load-*"},
+		{"CONFIG", "SET", "maxmemory", "0", "maxmemory-clients", "0", "repl-backlog-size", "1mb"},
+		{"CLIENT", "KILL", "TYPE", "wrong_type"}, {"CLIENT", "KILL", "USER", "wrong_user"},
+		{"CLIENT", "KILL", "TYPE", "pubsub"}, {"CLIENT", "LIST", "TYPE", "bogus"},
+	}
+	compareWithRedis(t, ts, redisAddr, script)
+}
+
+// TestClientListFields: CLIENT LIST and CLIENT INFO carry Redis 7.0's
+// fields, a container's command as name|subcommand, a subscriber's
+// counts and flags, and CLIENT KILL TYPE and CLIENT LIST TYPE pick the
+// subscriber alone.
+func TestClientListFields(t *testing.T) {
+	ts := startServer(t, "")
+	c, sub := ts.dial(), ts.dial()
+	sub.do("SUBSCRIBE", "a", "b")
+	sub.read() // b's confirmation
+	sub.do("PSUBSCRIBE", "p*")
+	info := c.do("CLIENT", "INFO").str
+	for _, f := range []string{" fd=", " flags=N ", " multi=-1 ", " qbuf=26 ", " cmd=client|info ", " user=default ", " redir=-1 ", " resp=2 "} {
+		if !strings.Contains(info, f) {
+			t.Errorf("CLIENT INFO %q: no %q", info, f)
+		}
+	}
+	list := c.do("CLIENT", "LIST", "TYPE", "pubsub").str
+	if n := strings.Count(list, "\n"); n != 1 || !strings.Contains(list, " flags=P ") || !strings.Contains(list, " sub=2 psub=1 ssub=0 ") ||
+		!strings.Contains(list, " cmd=psubscribe ") {
+		t.Errorf("CLIENT LIST TYPE pubsub: %q, want the subscriber's line alone", list)
+	}
+	c.do("MULTI")
+	c.do("PING")
+	c.do("PING")
+	if r := c.do("EXEC"); len(r.elems) != 2 {
+		t.Fatalf("EXEC: %v", r)
+	}
+	if r := c.do("CLIENT", "KILL", "TYPE", "pubsub"); r.str != "1" {
+		t.Errorf("CLIENT KILL TYPE pubsub: %v, want 1", r)
+	}
+	sub.expectEOF()
+	if r := c.do("PING"); r.str != "PONG" {
+		t.Errorf("the normal client after CLIENT KILL TYPE pubsub: %v", r)
+	}
+}

@@ -16,8 +16,9 @@ import (
 // not read is closed at the pub/sub output limits, so it holds bounded
 // memory, and a command never waits for it. Admin commands are not
 // shown (Redis's rule), AUTH's and HELLO's passwords are redacted; the
-// commands of a transaction and of a script are shown one by one, before
-// their EXEC or EVAL (a script's as from "lua"), as Redis shows them.
+// commands of a transaction are shown one by one before their EXEC, a
+// script's after its EVAL or FCALL (as from "lua"), as Redis 7.0 shows
+// them.
 
 // monitors are the monitoring connections.
 type monitors struct {
@@ -30,6 +31,14 @@ func init() {
 	commands = append(commands, &command{name: "monitor", arity: 1, flags: []string{"admin", "noscript", "loading", "stale"},
 		acl: []string{"admin", "slow", "dangerous"}, group: "server", since: "1.0.0",
 		summary: "Streams every command the server runs to the client.", complexity: "N/A", run: cmdMonitor, noTx: true})
+}
+
+// has reports whether cl is monitoring.
+func (m *monitors) has(cl *conn) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.set[cl]
+	return ok
 }
 
 // monitoring reports whether a command's name (any case) is MONITOR,
@@ -53,10 +62,27 @@ func cmdMonitor(c *call) {
 	c.ok()
 }
 
-// feedMonitors shows c's command to the monitors (after it ran, as
-// Redis does).
+// feedMonitors shows c's command to the monitors after it ran, as Redis
+// does; a script's (skip_monitor: EVAL, EVALSHA, FCALL and their _RO)
+// was shown before it ran (feedMonitorsFirst), so that the commands it
+// runs follow it.
 func (s *Server) feedMonitors(c *call) {
-	if s.mon.n.Load() == 0 || c.e == nil || c.e.admin() || c.e.name == "monitor" {
+	if s.mon.n.Load() == 0 || c.e == nil || c.e.skipMonitor() {
+		return
+	}
+	s.showMonitors(c)
+}
+
+// feedMonitorsFirst shows a script's command before it runs.
+func (s *Server) feedMonitorsFirst(c *call) {
+	if s.mon.n.Load() == 0 || !c.e.skipMonitor() {
+		return
+	}
+	s.showMonitors(c)
+}
+
+func (s *Server) showMonitors(c *call) {
+	if c.e.admin() || c.e.name == "monitor" {
 		return
 	}
 	// A container's subcommand is admin in Redis's table (CONFIG SET).

@@ -40,13 +40,14 @@ func TestMonitor(t *testing.T) {
 			t.Fatalf("after SELECT 3: %q, want %s", r.str, w)
 		}
 	}
-	// A transaction's and a script's commands, each, then EXEC or EVAL.
+	// A transaction's commands, each, then EXEC; a script's EVAL, then
+	// its commands (Redis 7.0's order: EVAL is shown before it runs).
 	c.do("MULTI")
 	c.do("INCR", "n")
 	c.do("EXEC")
 	c.do("EVAL", "return redis.call('GET', 'k')", "0")
 	for _, w := range []string{`\[3 127\.0\.0\.1:\d+\] "MULTI"`, `\[3 127\.0\.0\.1:\d+\] "INCR" "n"`, `\[3 127\.0\.0\.1:\d+\] "EXEC"`,
-		`\[3 lua\] "GET" "k"`, `\[3 127\.0\.0\.1:\d+\] "EVAL" "return redis.call\('GET', 'k'\)" "0"`} {
+		`\[3 127\.0\.0\.1:\d+\] "EVAL" "return redis.call\('GET', 'k'\)" "0"`, `\[3 lua\] "GET" "k"`} {
 		if r := m.read(); r.kind != '+' || !regexp.MustCompile(w+`$`).MatchString(r.str) {
 			t.Fatalf("transaction and script: %q, want %s", r.str, w)
 		}

@@ -62,6 +62,15 @@ func (s *subs) count(kind pubsub.Kind) int {
 
 // subscribed reports whether cl has any subscription (RESP2's
 // subscribed mode).
+// subCount is the number of the connection's subscriptions of every
+// kind, for any goroutine.
+func (cl *conn) subCount() int {
+	cl.subsMu.Lock()
+	defer cl.subsMu.Unlock()
+	s := &cl.subs
+	return len(s[pubsub.Channel]) + len(s[pubsub.Pattern]) + len(s[pubsub.Shard])
+}
+
 func (cl *conn) subscribed() bool {
 	if cl.push == nil {
 		return false

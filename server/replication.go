@@ -243,6 +243,7 @@ func cmdSync(c *call) {
 		c.error("ERR SYNC needs a connection of its own")
 		return
 	}
+	cl.replicaLink.Store(true)
 	f, err := os.CreateTemp(c.s.o.rdbDir, "temp-sync-*.rdb")
 	if err != nil {
 		f, err = os.CreateTemp("", "kvarray-sync-*.rdb")
@@ -435,7 +436,7 @@ func (s *Server) follow(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	mc := &conn{s: s, id: s.nextID.Add(1), addr: addr, laddr: "", created: time.Now(), proto: 2, master: true}
+	mc := &conn{s: s, id: s.nextID.Add(1), addr: addr, laddr: "", fd: -1, created: time.Now(), proto: 2, master: true}
 	if _, err := rand.Read(mc.g.nonce[:]); err != nil {
 		return err
 	}

@@ -559,6 +559,7 @@ func (s *Server) track(nc net.Conn) *conn {
 		id:      s.nextID.Add(1),
 		addr:    nc.RemoteAddr().String(),
 		laddr:   nc.LocalAddr().String(),
+		fd:      socketFD(nc),
 		created: now,
 		proto:   2,
 		replies: newReplyEstimate(),
@@ -639,6 +640,7 @@ type conn struct {
 
 	id          int64
 	addr, laddr string
+	fd          int // the socket's descriptor (CLIENT LIST), -1 if none
 	created     time.Time
 	last        atomic.Int64 // UnixNano of the last command
 	lastCmd     atomic.Pointer[string]
@@ -660,6 +662,11 @@ type conn struct {
 	// rdb-only, SYNC closes the connection after the file.
 	master  bool
 	rdbOnly bool
+	// replicaLink: the connection sent SYNC (a replica); txShown: 1 +
+	// the commands queued while in MULTI, 0 outside (CLIENT LIST, from
+	// other goroutines).
+	replicaLink atomic.Bool
+	txShown     atomic.Int32
 
 	mu           sync.Mutex // guards the fields below
 	name         string
@@ -827,4 +834,21 @@ func (s *Server) giveBack() {
 		s.givingBack.Store(false)
 		debug.FreeOSMemory()
 	})
+}
+
+// socketFD is nc's file descriptor, or -1.
+func socketFD(nc net.Conn) int {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	fd := -1
+	if raw.Control(func(f uintptr) { fd = int(f) }) != nil {
+		return -1
+	}
+	return fd
 }

@@ -60,6 +60,7 @@ func (c *call) queue(e *entry) bool {
 		args[i] = append([]byte(nil), a...)
 	}
 	cl.queued = append(cl.queued, args)
+	cl.txShown.Add(1)
 	c.w.WriteString("QUEUED")
 	return true
 }
@@ -78,11 +79,13 @@ func cmdMulti(c *call) {
 		return
 	}
 	c.cl.multi = true
+	c.cl.txShown.Store(1)
 	c.ok()
 }
 
 func (cl *conn) endMulti() {
 	cl.multi, cl.txFailed, cl.queued = false, false, nil
+	cl.txShown.Store(0)
 }
 
 func cmdDiscard(c *call) {
@@ -185,6 +188,7 @@ func cmdExec(c *call) {
 		if cl.tracking.Load() && readTracked(e) {
 			c.s.trackKeys(cl, args)
 		}
+		c.s.feedMonitorsFirst(sub)
 		e.run(sub)
 		c.s.feedMonitors(sub)
 	}

@@ -2,7 +2,8 @@
 # Runs Redis 7's own Tcl tests for strings, counters, bitmaps, HyperLogLog,
 # geo, SORT, hashes, sets, lists, sorted sets, streams, the keyspace,
 # expiry, transactions, SCAN, the protocol, INFO, pub/sub (sharded too),
-# scripting, functions and client-side caching (tracking) against
+# scripting, functions, client-side caching (tracking) and introspection
+# (CLIENT, CONFIG, MONITOR) against
 # `kvarray serve` (a fresh array per
 # unit), with no shim. tcl/skip.txt lists the tests that
 # need another data type or a config kvarray does not have (they would
@@ -119,7 +120,7 @@ declare -A onmem=([unit/type/list-2]=1 [unit/type/list-3]=1 [unit/type/zset]=1)
 declare -A external=([unit/pubsubshard]=1)
 # UNITS, if set, runs only those units. The longest (a minute or more
 # each) start first, so that the two lines end together.
-for unit in ${UNITS:-unit/scan unit/sort unit/type/set unit/type/list-3 unit/type/zset unit/type/string unit/type/incr unit/type/hash unit/type/list unit/type/list-2 unit/type/stream unit/type/stream-cgroups unit/keyspace unit/expire unit/multi unit/protocol unit/info-command unit/pubsub unit/pubsubshard unit/scripting unit/functions unit/bitops unit/bitfield unit/hyperloglog unit/slowlog unit/dump unit/geo unit/sort unit/tracking}; do
+for unit in ${UNITS:-unit/scan unit/sort unit/type/set unit/type/list-3 unit/type/zset unit/type/string unit/type/incr unit/type/hash unit/type/list unit/type/list-2 unit/type/stream unit/type/stream-cgroups unit/keyspace unit/expire unit/multi unit/protocol unit/info-command unit/pubsub unit/pubsubshard unit/scripting unit/functions unit/bitops unit/bitfield unit/hyperloglog unit/slowlog unit/dump unit/geo unit/tracking unit/introspection}; do
 	label=${extra[$unit]:-} start $unit --skipfile "$here/tcl/skip.txt" "${slow[@]}" ${extra[$unit]:-}
 done
 # tcl/alone.txt: "unit|test|test..." for tests that pass only on the
