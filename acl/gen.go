@@ -148,6 +148,15 @@ func literal(c *cmd) string {
 		if len(fl) > 0 {
 			s = append(s, "Flags: "+strings.Join(fl, "|"))
 		}
+		var spec []string
+		for _, f := range []string{"RO", "RW", "OW", "RM", "ACCESS", "UPDATE", "INSERT", "DELETE", "NOT_KEY", "INCOMPLETE", "VARIABLE_FLAGS"} {
+			if slices.Contains(k.Flags, f) {
+				spec = append(spec, "Spec"+specName(f))
+			}
+		}
+		if len(spec) > 0 {
+			s = append(s, "Spec: "+strings.Join(spec, "|"))
+		}
 		specs = append(specs, "{"+strings.Join(s, ", ")+"}")
 	}
 	if len(specs) > 0 {
@@ -161,6 +170,18 @@ func literal(c *cmd) string {
 		b.WriteString("}")
 	}
 	b.WriteString("}")
+	return b.String()
+}
+
+// specName is a key spec flag's constant name: RO, Access, NotKey...
+func specName(f string) string {
+	if len(f) == 2 {
+		return f
+	}
+	var b strings.Builder
+	for _, w := range strings.Split(strings.ToLower(f), "_") {
+		b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+	}
 	return b.String()
 }
 

@@ -91,6 +91,38 @@ const (
 	KeyWrite
 )
 
+// SpecFlags are a key spec's flags as Redis 7.0 names them, for COMMAND
+// GETKEYSANDFLAGS and COMMAND INFO; the ACL goes by KeyFlags.
+type SpecFlags uint16
+
+// Redis's key spec flags, in the order it lists them.
+const (
+	SpecRO SpecFlags = 1 << iota
+	SpecRW
+	SpecOW
+	SpecRM
+	SpecAccess
+	SpecUpdate
+	SpecInsert
+	SpecDelete
+	SpecNotKey
+	SpecIncomplete
+	SpecVariableFlags
+)
+
+var specNames = []string{"RO", "RW", "OW", "RM", "access", "update", "insert", "delete", "not_key", "incomplete", "variable_flags"}
+
+// Names are the flags' names, in Redis's order.
+func (f SpecFlags) Names() []string {
+	var out []string
+	for i, n := range specNames {
+		if f&(1<<i) != 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // KeySpec locates keys among a command's arguments, as a Redis 7 key
 // spec: begin at Index, or after the first Keyword found from StartFrom
 // (negative: from the end, backwards); then a range (LastKey relative to
@@ -107,13 +139,16 @@ type KeySpec struct {
 	KeyNumIdx     int
 	FirstKey      int
 	Flags         KeyFlags
+	Spec          SpecFlags
 	Unknown       bool
 }
 
-// Key is one key argument: its position in the arguments and its access.
+// Key is one key argument: its position in the arguments, its access,
+// and its spec's flags.
 type Key struct {
 	Pos   int
 	Flags KeyFlags
+	Spec  SpecFlags
 }
 
 // Channel is one channel argument of a command that publishes or
@@ -230,7 +265,7 @@ func (s KeySpec) find(args [][]byte) ([]Key, bool) {
 	}
 	var out []Key
 	for i := first; i <= last; i += step {
-		out = append(out, Key{Pos: i, Flags: s.Flags})
+		out = append(out, Key{Pos: i, Flags: s.Flags, Spec: s.Spec})
 	}
 	return out, true
 }
@@ -328,10 +363,10 @@ func setKeys(args [][]byte) []Key {
 	}
 	for _, a := range args[min(3, len(args)):] {
 		if strings.EqualFold(string(a), "get") {
-			return []Key{{Pos: 1, Flags: KeyRead | KeyWrite}}
+			return []Key{{Pos: 1, Flags: KeyRead | KeyWrite, Spec: SpecRW | SpecAccess | SpecUpdate}}
 		}
 	}
-	return []Key{{Pos: 1, Flags: KeyWrite}}
+	return []Key{{Pos: 1, Flags: KeyWrite, Spec: SpecOW | SpecUpdate}}
 }
 
 // bitfieldKeys is BITFIELD's: read only with GET operations only.
@@ -363,9 +398,9 @@ func bitfieldKeys(args [][]byte) []Key {
 		}
 	}
 	if readonly {
-		return []Key{{Pos: 1, Flags: KeyRead}}
+		return []Key{{Pos: 1, Flags: KeyRead, Spec: SpecRO | SpecAccess}}
 	}
-	return []Key{{Pos: 1, Flags: KeyRead | KeyWrite}}
+	return []Key{{Pos: 1, Flags: KeyRead | KeyWrite, Spec: SpecRW | SpecAccess | SpecUpdate}}
 }
 
 // sortKeys is SORT's: the sorted key, read, and a STORE destination,
@@ -375,7 +410,7 @@ func sortKeys(args [][]byte) []Key {
 	if len(args) < 2 {
 		return nil
 	}
-	out := []Key{{Pos: 1, Flags: KeyRead}}
+	out := []Key{{Pos: 1, Flags: KeyRead, Spec: SpecRO | SpecAccess}}
 	skip := map[string]int{"limit": 2, "get": 1, "by": 1}
 	for i := 2; i < len(args); i++ {
 		a := strings.ToLower(string(args[i]))
@@ -385,7 +420,7 @@ func sortKeys(args [][]byte) []Key {
 		}
 		if a == "store" && i+1 < len(args) {
 			// Only the last STORE counts, as in Redis.
-			out = append(out[:1], Key{Pos: i + 1, Flags: KeyWrite})
+			out = append(out[:1], Key{Pos: i + 1, Flags: KeyWrite, Spec: SpecOW | SpecUpdate})
 			i++
 		}
 	}
@@ -417,7 +452,7 @@ func migrateKeys(args [][]byte) []Key {
 	}
 	var out []Key
 	for i := first; i < first+num && i < len(args); i++ {
-		out = append(out, Key{Pos: i, Flags: KeyRead | KeyWrite})
+		out = append(out, Key{Pos: i, Flags: KeyRead | KeyWrite, Spec: SpecRW | SpecAccess | SpecDelete})
 	}
 	return out
 }

@@ -2,12 +2,11 @@ package server
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/kvarray/kvarray/acl"
 )
 
 // Introspection that tools and clients read: SLOWLOG, LATENCY, ROLE,
@@ -343,13 +342,23 @@ func commandGetKeys(c *call, flags bool) {
 		c.error("ERR Invalid command specified")
 		return
 	}
+	if len(cmd.Keys) == 0 && cmd.GetKeys == nil {
+		c.error("ERR The command has no key arguments")
+		return
+	}
 	if cmd.Arity > 0 && len(args) != cmd.Arity || cmd.Arity < 0 && len(args) < -cmd.Arity {
 		c.error("ERR Invalid number of arguments specified for command")
 		return
 	}
 	keys := cmd.KeysOf(args)
 	if len(keys) == 0 {
-		c.error("ERR The command has no key arguments")
+		// Redis 7.0: none found is no keys for a command whose keys are
+		// optional (EVAL with numkeys 0), an error for another.
+		if slices.Contains(e.flags, "no_mandatory_keys") {
+			c.w.WriteArray(0)
+			return
+		}
+		c.error("ERR Invalid arguments specified for command")
 		return
 	}
 	c.w.WriteArray(len(keys))
@@ -360,15 +369,7 @@ func commandGetKeys(c *call, flags bool) {
 		}
 		c.w.WriteArray(2)
 		c.w.WriteBulk(args[k.Pos])
-		var fs []string
-		switch k.Flags {
-		case acl.KeyRead:
-			fs = []string{"RO", "access"}
-		case acl.KeyWrite:
-			fs = []string{"OW", "update"}
-		default:
-			fs = []string{"RW", "access", "update"}
-		}
+		fs := k.Spec.Names()
 		c.w.WriteSet(len(fs))
 		for _, f := range fs {
 			c.w.WriteString(f)
