@@ -181,6 +181,34 @@ type Command struct {
 // Parent is the container of a subcommand, nil for others.
 func (c *Command) Parent() *Command { return c.parent }
 
+// Movable reports whether the command's keys can move among its
+// arguments, so that COMMAND's first, last and step cannot give them all
+// (Redis 7.0's movablekeys, populateCommandLegacyRangeSpec): a spec that
+// is not a plain range from an index, ranges that do not follow one
+// another, or an incomplete spec.
+func (c *Command) Movable() bool {
+	prevLast := 0
+	for _, k := range c.Keys {
+		if k.Unknown || k.Keyword != "" || k.KeyNum || k.Spec&SpecIncomplete != 0 {
+			return true
+		}
+		if len(c.Keys) == 1 {
+			return false
+		}
+		if k.Step != 1 || prevLast != 0 && prevLast != k.Index-1 {
+			return true
+		}
+		last := k.LastKey
+		if last >= 0 {
+			last += k.Index
+		}
+		// Unsigned, as Redis compares: a last key counted from the end is
+		// above any other.
+		prevLast = int(max(uint(prevLast), uint(last)))
+	}
+	return false
+}
+
 // KeysOf returns the command's keys in args (args[0] is the command
 // name): COMMAND GETKEYS's answer.
 func (c *Command) KeysOf(args [][]byte) []Key { return c.keys(args) }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvarray/kvarray/acl"
+	"github.com/kvarray/kvarray/internal/glob"
 	"github.com/kvarray/kvarray/pubsub"
 )
 
@@ -397,16 +399,7 @@ func cmdCommand(c *call) {
 		}
 		c.w.WriteInt(len(c.s.cmds))
 	case "list":
-		// FILTERBY is not supported; the list is short.
-		if len(c.args) != 2 {
-			c.syntaxError()
-			return
-		}
-		names := c.s.commandNames()
-		c.w.WriteArray(len(names))
-		for _, n := range names {
-			c.w.WriteBulkString(n)
-		}
+		commandList(c)
 	case "info":
 		names := c.requested()
 		c.w.WriteArray(len(names))
@@ -436,7 +429,7 @@ func cmdCommand(c *call) {
 		help := []string{"COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
 			"(no subcommand)", "    Return details about all commands.",
 			"COUNT", "    Return the total number of commands.",
-			"LIST", "    Return a list of all commands.",
+			"LIST [FILTERBY (MODULE <module-name>|ACLCAT <category>|PATTERN <pattern>)]", "    Return a list of all commands in this Redis server.",
 			"INFO [<command-name> ...]", "    Return details about the given commands, or all of them.",
 			"DOCS [<command-name> ...]", "    Return documentation about the given commands, or all of them.",
 			"GETKEYS <full-command>", "    Return the keys from a full Redis command.",
@@ -460,6 +453,55 @@ func (c *call) requested() []string {
 	return names
 }
 
+// commandList: COMMAND LIST [FILTERBY MODULE name | ACLCAT category |
+// PATTERN pattern], the commands served and the subcommands Redis 7.0's
+// table gives them (as the ACL knows them), by name. kvarray has no
+// modules: MODULE matches nothing.
+func commandList(c *call) {
+	match := func(string, *acl.Command) bool { return true }
+	switch {
+	case len(c.args) == 2:
+	case len(c.args) == 5 && strings.EqualFold(string(c.args[2]), "filterby"):
+		v := c.args[4]
+		switch strings.ToLower(string(c.args[3])) {
+		case "module":
+			match = func(string, *acl.Command) bool { return false }
+		case "aclcat":
+			cat := acl.CategoryByName(string(v))
+			match = func(_ string, ac *acl.Command) bool { return cat != 0 && ac != nil && ac.Categories&cat != 0 }
+		case "pattern":
+			pat := []byte(strings.ToLower(string(v)))
+			match = func(n string, _ *acl.Command) bool { return glob.Match(pat, []byte(n)) }
+		default:
+			c.syntaxError()
+			return
+		}
+	default:
+		c.syntaxError()
+		return
+	}
+	t := c.s.acl.Table()
+	var out []string
+	for _, n := range c.s.commandNames() {
+		ac := t.Lookup(n)
+		if match(n, ac) {
+			out = append(out, n)
+		}
+		if ac == nil {
+			continue
+		}
+		for _, sc := range ac.Subcommands {
+			if match(sc.Name, sc) {
+				out = append(out, sc.Name)
+			}
+		}
+	}
+	c.w.WriteArray(len(out))
+	for _, n := range out {
+		c.w.WriteBulkString(n)
+	}
+}
+
 func (s *Server) commandNames() []string {
 	names := make([]string, 0, len(s.cmds))
 	for n := range s.cmds {
@@ -476,15 +518,20 @@ func (s *Server) writeInfo(c *call, cmd *command) {
 	c.w.WriteArray(10)
 	c.w.WriteBulkString(cmd.name)
 	c.w.WriteInt(cmd.arity)
-	c.w.WriteSet(len(cmd.flags))
-	for _, f := range cmd.flags {
+	ac := s.acl.Table().Lookup(cmd.name)
+	flags := cmd.flags
+	if ac.Movable() && !slices.Contains(flags, "movablekeys") {
+		flags = append(slices.Clip(flags), "movablekeys")
+	}
+	c.w.WriteSet(len(flags))
+	for _, f := range flags {
 		c.w.WriteString(f)
 	}
 	c.w.WriteInt(cmd.first)
 	c.w.WriteInt(cmd.last)
 	c.w.WriteInt(cmd.step)
 	// The ACL's categories: Redis's for the commands Redis has.
-	cats := s.acl.Table().Lookup(cmd.name).Categories.Names()
+	cats := ac.Categories.Names()
 	c.w.WriteSet(len(cats))
 	for _, a := range cats {
 		c.w.WriteString("@" + a)

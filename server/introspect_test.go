@@ -30,6 +30,9 @@ func TestIntrospectionSameAsRedis(t *testing.T) {
 		{"SLOWLOG", "GET", "-2"}, {"SLOWLOG", "GET", "x"}, {"SLOWLOG", "FOO"}, {"CONFIG", "SET", "slowlog-max-len", "-1"},
 		{"CONFIG", "SET", "slowlog-max-len", "10"}, {"CONFIG", "GET", "slowlog-max-len"}, {"CONFIG", "GET", "slowlog-log-slower-than"}, {"CONFIG", "SET", "slowlog-log-slower-than", "10000"},
 		{"LOLWUT", "VERSION", "x"},
+		{"COMMAND", "LIST", "FILTERBY", "PATTERN", "config|rew*"}, {"COMMAND", "LIST", "FILTERBY", "PATTERN", "get"},
+		{"COMMAND", "LIST", "FILTERBY", "ACLCAT", "nope"}, {"COMMAND", "LIST", "FILTERBY", "MODULE", "m"},
+		{"COMMAND", "LIST", "FILTERBY", "bad", "x"}, {"COMMAND", "LIST", "bad"},
 	}
 	compareWithRedis(t, ts, redisAddr, script)
 	c := ts.dial()
@@ -140,5 +143,42 @@ func TestClientListFields(t *testing.T) {
 	sub.expectEOF()
 	if r := c.do("PING"); r.str != "PONG" {
 		t.Errorf("the normal client after CLIENT KILL TYPE pubsub: %v", r)
+	}
+}
+
+// TestMovableKeysSameAsRedis: COMMAND INFO marks movablekeys on the same
+// commands as redis-server, for every command kvarray serves that Redis
+// 7.0 has.
+func TestMovableKeysSameAsRedis(t *testing.T) {
+	ts := startServer(t, "")
+	k, r := ts.dial(), (&testServer{t: t, addr: startRedis(t)}).dial()
+	movable := func(info reply) bool {
+		if len(info.elems) < 3 {
+			return false
+		}
+		for _, f := range info.elems[2].elems {
+			if f.str == "movablekeys" {
+				return true
+			}
+		}
+		return false
+	}
+	checked := 0
+	for _, name := range k.do("COMMAND", "LIST").elems {
+		if strings.Contains(name.str, "|") {
+			continue
+		}
+		want := r.do("COMMAND", "INFO", name.str)
+		if len(want.elems) != 1 || len(want.elems[0].elems) == 0 {
+			continue // not a Redis 7.0 command
+		}
+		got := k.do("COMMAND", "INFO", name.str)
+		if movable(got.elems[0]) != movable(want.elems[0]) {
+			t.Errorf("COMMAND INFO %s: movablekeys %v, redis-server %v", name.str, movable(got.elems[0]), movable(want.elems[0]))
+		}
+		checked++
+	}
+	if checked < 150 {
+		t.Errorf("compared %d commands, want every one kvarray serves", checked)
 	}
 }

@@ -120,7 +120,7 @@ declare -A onmem=([unit/type/list-2]=1 [unit/type/list-3]=1 [unit/type/zset]=1)
 declare -A external=([unit/pubsubshard]=1)
 # UNITS, if set, runs only those units. The longest (a minute or more
 # each) start first, so that the two lines end together.
-for unit in ${UNITS:-unit/scan unit/sort unit/type/set unit/type/list-3 unit/type/zset unit/type/string unit/type/incr unit/type/hash unit/type/list unit/type/list-2 unit/type/stream unit/type/stream-cgroups unit/keyspace unit/expire unit/multi unit/protocol unit/info-command unit/pubsub unit/pubsubshard unit/scripting unit/functions unit/bitops unit/bitfield unit/hyperloglog unit/slowlog unit/dump unit/geo unit/tracking unit/introspection}; do
+for unit in ${UNITS:-unit/scan unit/sort unit/type/set unit/type/list-3 unit/type/zset unit/type/string unit/type/incr unit/type/hash unit/type/list unit/type/list-2 unit/type/stream unit/type/stream-cgroups unit/keyspace unit/expire unit/multi unit/protocol unit/info-command unit/pubsub unit/pubsubshard unit/scripting unit/functions unit/bitops unit/bitfield unit/hyperloglog unit/slowlog unit/dump unit/geo unit/tracking unit/introspection unit/introspection-2}; do
 	label=${extra[$unit]:-} start $unit --skipfile "$here/tcl/skip.txt" "${slow[@]}" ${extra[$unit]:-}
 done
 # tcl/alone.txt: "unit|test|test..." for tests that pass only on the
