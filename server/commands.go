@@ -446,6 +446,8 @@ type call struct {
 	args [][]byte
 	ctx  context.Context
 	e    *entry
+	// shown is the command's full name ("client|list"; nil: e's name).
+	shown *string
 	// tx is the transaction EXEC is running this command in, if any.
 	tx *txn
 	// held: the command holds its keys' locks already (a blocking
@@ -583,7 +585,8 @@ func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *res
 		return
 	}
 	c.e = e
-	cl.lastCmd.Store(s.shownName(e, cmd.Args))
+	c.shown = s.shownName(e, cmd.Args)
+	cl.lastCmd.Store(c.shown)
 	if n := len(cmd.Args); e.arity > 0 && n != e.arity || e.arity < 0 && n < -e.arity {
 		c.arityError(e.name)
 		c.abortTx()
@@ -637,6 +640,11 @@ func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *res
 		d := time.Since(start)
 		e.usec.Add(d.Microseconds())
 		s.recordSlow(c, d)
+		name := e.name
+		if c.shown != nil {
+			name = *c.shown
+		}
+		s.recordLatency(e, name, d)
 	}()
 	defer func() {
 		if r := recover(); r != nil {

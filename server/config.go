@@ -383,4 +383,5 @@ func (s *Server) resetStats() {
 	s.errorStats.mu.Lock()
 	s.errorStats.codes = nil
 	s.errorStats.mu.Unlock()
+	s.resetLatencyHistograms()
 }

@@ -109,9 +109,11 @@ func (s *Server) expiryLoop() {
 	t := time.NewTicker(expiryPeriod)
 	defer t.Stop()
 	for {
+		start := time.Now()
 		if err := s.expireDue(ctx); err != nil && ctx.Err() == nil {
 			s.o.errorLog.Printf("kvarray server: expiry cycle: %v", err)
 		}
+		s.latencyEvent("expire-cycle", time.Since(start))
 		if err := s.reclaimGarbage(ctx); err != nil && ctx.Err() == nil {
 			s.o.errorLog.Printf("kvarray server: reclaiming removed collections' elements: %v", err)
 		}

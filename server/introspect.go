@@ -201,7 +201,7 @@ var slowlogParams = []param{
 		l.mu.Unlock()
 		return nil
 	}},
-	// Accepted and reported; no events are recorded (LATENCY).
+	// The latency monitor's (latency.go): 0 is off.
 	{name: "latency-monitor-threshold", get: func(s *Server) string { return strconv.FormatInt(s.cfg.latencyThreshold.Load(), 10) },
 		set: func(s *Server, v string) error {
 			n, err := strconv.ParseInt(v, 10, 64)
@@ -211,7 +211,7 @@ var slowlogParams = []param{
 			s.cfg.latencyThreshold.Store(n)
 			return nil
 		}},
-	{name: "latency-tracking", get: constant("no")},
+	latencyTrackingParam,
 	// requirepass is the default user's password, as in Redis: setting it
 	// resets the user's passwords to it ("" for none, nopass);
 	// connections already authenticated stay so.
@@ -227,48 +227,6 @@ var slowlogParams = []param{
 			s.cfg.requirepass.Store(&v)
 			return nil
 		}},
-}
-
-// cmdLatency answers as Redis does with the latency monitor off: no
-// events, nothing to reset.
-func cmdLatency(c *call) {
-	switch strings.ToLower(string(truncate(c.args[1], 16))) {
-	case "latest":
-		c.w.WriteArray(0)
-	case "history":
-		if len(c.args) != 3 {
-			c.arityError("latency|history")
-			return
-		}
-		c.w.WriteArray(0)
-	case "reset":
-		c.w.WriteInt(0)
-	case "graph":
-		if len(c.args) != 3 {
-			c.arityError("latency|graph")
-			return
-		}
-		c.error(fmt.Sprintf("ERR No samples available for event '%s'", truncate(c.args[2], 128)))
-	case "doctor":
-		c.w.WriteVerbatim("Dave, no latency spike was observed during the lifetime of this Redis instance, not in the slightest bit. I honestly think you ought to sleep better tonight.\n" +
-			"(kvarray keeps no latency events: the monitor is off. SLOWLOG and INFO commandstats report per-command times.)\n")
-	case "histogram":
-		// Redis 7 with latency-tracking off: an empty map.
-		c.w.WriteMap(0)
-	case "help":
-		c.lines([]string{"LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-			"DOCTOR", "    Return a human readable latency analysis report.",
-			"GRAPH <event>", "    Return an ASCII latency graph for the <event> class.",
-			"HISTORY <event>", "    Return time-latency samples for the <event> class.",
-			"LATEST", "    Return the latest latency samples for all events.",
-			"RESET [<event> ...]", "    Reset latency data of one or more <event> classes.",
-			"    (default: reset all data for all event classes)",
-			"HISTOGRAM [COMMAND ...]", "    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
-			"    If no commands are specified then all histograms are replied.",
-			"HELP", "    Print this help."})
-	default:
-		c.unknownSubcommand("latency")
-	}
 }
 
 func cmdRole(c *call) {

@@ -337,7 +337,9 @@ func (s *Server) scriptCommand(ctx context.Context, scl *conn, tx *txn, sk *scri
 			}()
 			e.run(c)
 		}()
-		e.usec.Add(time.Since(start).Microseconds())
+		d := time.Since(start)
+		e.usec.Add(d.Microseconds())
+		s.recordLatency(e, e.name, d)
 		s.feedMonitors(c)
 	}
 	if len(out.refs) > 0 { // not collected by reference (keepRefs off)

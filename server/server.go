@@ -243,6 +243,7 @@ type Server struct {
 	pendingN atomic.Int32
 	watch    watches
 	trk      tracker // client-side caching (tracking.go)
+	lat      latencyMonitor
 	blk      blocker // blocked clients (blocking.go)
 	pause    atomic.Pointer[pause]
 	exp      expiry
@@ -325,6 +326,7 @@ func New(a *array.Array, opts ...Option) *Server {
 		s.cmds[c.name] = &entry{command: c}
 	}
 	s.acl = newACL(s.cmds, o.auth)
+	s.initLatency()
 	if s.o.rdbDir == "" {
 		s.o.rdbDir, _ = os.Getwd()
 	}
