@@ -98,6 +98,9 @@ func (s *Server) recordLatency(e *entry, name string, d time.Duration) {
 			h.add(d)
 		}
 	}
+	if thr := s.cfg.latencyThreshold.Load(); thr <= 0 || d.Milliseconds() < thr {
+		return // the common case, without looking at the flags
+	}
 	event := "command"
 	if slices.Contains(e.flags, "fast") {
 		event = "fast-command"
