@@ -21,6 +21,7 @@ import (
 )
 
 type keySpec struct {
+	Notes       string   `json:"notes"`
 	Flags       []string `json:"flags"`
 	BeginSearch struct {
 		Index *struct {
@@ -52,6 +53,7 @@ type cmd struct {
 	Flags     []string  `json:"command_flags"`
 	ACL       []string  `json:"acl_categories"`
 	KeySpecs  []keySpec `json:"key_specs"`
+	Tips      []string  `json:"command_tips"`
 	subs      []*cmd
 }
 
@@ -119,23 +121,19 @@ func literal(c *cmd) string {
 	}
 	var specs []string
 	for _, k := range c.KeySpecs {
-		if slices.Contains(k.Flags, "NOT_KEY") {
-			continue
-		}
 		var s []string
 		if bs := k.BeginSearch.Index; bs != nil {
 			s = append(s, fmt.Sprintf("Index: %d", bs.Pos))
 		} else if bs := k.BeginSearch.Keyword; bs != nil {
 			s = append(s, fmt.Sprintf("Keyword: %q, StartFrom: %d", bs.Keyword, bs.StartFrom))
 		} else {
-			specs = append(specs, "{Unknown: true}")
-			continue
+			s = append(s, "Unknown: true")
 		}
 		if fk := k.FindKeys.Range; fk != nil {
 			s = append(s, fmt.Sprintf("LastKey: %d, Step: %d, Limit: %d", fk.LastKey, fk.Step, fk.Limit))
 		} else if fk := k.FindKeys.KeyNum; fk != nil {
 			s = append(s, fmt.Sprintf("KeyNum: true, KeyNumIdx: %d, FirstKey: %d, Step: %d", fk.KeyNumIdx, fk.FirstKey, fk.Step))
-		} else {
+		} else if s[0] != "Unknown: true" {
 			log.Fatalf("%s: find_keys", c.name)
 		}
 		var fl []string
@@ -157,10 +155,23 @@ func literal(c *cmd) string {
 		if len(spec) > 0 {
 			s = append(s, "Spec: "+strings.Join(spec, "|"))
 		}
+		if k.Notes != "" {
+			s = append(s, fmt.Sprintf("Notes: %q", k.Notes))
+		}
 		specs = append(specs, "{"+strings.Join(s, ", ")+"}")
 	}
 	if len(specs) > 0 {
 		b.WriteString(", Keys: []KeySpec{" + strings.Join(specs, ", ") + "}")
+	}
+	if len(c.Tips) > 0 {
+		var tips []string
+		for _, t := range c.Tips {
+			tips = append(tips, fmt.Sprintf("%q", strings.ToLower(t)))
+		}
+		b.WriteString(", Tips: []string{" + strings.Join(tips, ", ") + "}")
+	}
+	if fl := shownFlags(c.Flags); len(fl) > 0 {
+		b.WriteString(", Flags: []string{" + strings.Join(fl, ", ") + "}")
 	}
 	if len(c.subs) > 0 {
 		b.WriteString(", Subcommands: []*Command{\n")
@@ -171,6 +182,20 @@ func literal(c *cmd) string {
 	}
 	b.WriteString("}")
 	return b.String()
+}
+
+// shownFlags are the command's flags as COMMAND INFO lists them (Redis
+// 7.0's addReplyFlagsForCommand), quoted, in its order.
+func shownFlags(flags []string) []string {
+	var out []string
+	for _, f := range []string{"WRITE", "READONLY", "DENYOOM", "MODULE", "ADMIN", "PUBSUB", "NOSCRIPT", "BLOCKING", "LOADING",
+		"STALE", "SKIP_MONITOR", "SKIP_SLOWLOG", "ASKING", "FAST", "NO_AUTH", "MAY_REPLICATE", "NO_MANDATORY_KEYS",
+		"NO_ASYNC_LOADING", "NO_MULTI", "MOVABLE_KEYS", "ALLOW_BUSY"} {
+		if slices.Contains(flags, f) {
+			out = append(out, fmt.Sprintf("%q", strings.ToLower(f)))
+		}
+	}
+	return out
 }
 
 // specName is a key spec flag's constant name: RO, Access, NotKey...

@@ -140,6 +140,7 @@ type KeySpec struct {
 	FirstKey      int
 	Flags         KeyFlags
 	Spec          SpecFlags
+	Notes         string
 	Unknown       bool
 }
 
@@ -166,7 +167,12 @@ type Command struct {
 	Categories Category
 	// NoAuth commands (AUTH, HELLO, QUIT, RESET) are always allowed.
 	NoAuth bool
-	Keys   []KeySpec
+	// Keys are the key specs; those flagged SpecNotKey (SPUBLISH's shard
+	// channel) name no key: COMMAND INFO lists them, key finding skips
+	// them.
+	Keys []KeySpec
+	// Tips and Flags are COMMAND INFO's (Redis's names, lower case).
+	Tips, Flags []string
 	// GetKeys, when set, finds the keys instead of Keys (commands whose
 	// key access depends on their arguments: SET ... GET, BITFIELD, SORT).
 	GetKeys func(args [][]byte) []Key
@@ -181,32 +187,73 @@ type Command struct {
 // Parent is the container of a subcommand, nil for others.
 func (c *Command) Parent() *Command { return c.parent }
 
+// HasKeys reports whether the command can name keys (Redis's
+// doesCommandHaveKeys): a key procedure, or a spec that names keys.
+func (c *Command) HasKeys() bool {
+	if c.GetKeys != nil {
+		return true
+	}
+	for _, k := range c.Keys {
+		if k.Spec&SpecNotKey == 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Movable reports whether the command's keys can move among its
 // arguments, so that COMMAND's first, last and step cannot give them all
-// (Redis 7.0's movablekeys, populateCommandLegacyRangeSpec): a spec that
-// is not a plain range from an index, ranges that do not follow one
-// another, or an incomplete spec.
+// (Redis 7.0's movablekeys): see LegacyRange.
 func (c *Command) Movable() bool {
-	prevLast := 0
-	for _, k := range c.Keys {
-		if k.Unknown || k.Keyword != "" || k.KeyNum || k.Spec&SpecIncomplete != 0 {
-			return true
-		}
-		if len(c.Keys) == 1 {
-			return false
-		}
-		if k.Step != 1 || prevLast != 0 && prevLast != k.Index-1 {
-			return true
-		}
+	_, _, _, movable := c.legacyRange()
+	return movable
+}
+
+// LegacyRange is COMMAND INFO's first key, last key and step, from the key
+// specs as Redis 7.0 derives them (populateCommandLegacyRangeSpec): the
+// plain ranges from an index that follow one another, glued.
+func (c *Command) LegacyRange() (first, last, step int) {
+	first, last, step, _ = c.legacyRange()
+	return first, last, step
+}
+
+func (c *Command) legacyRange() (first, last, step int, movable bool) {
+	if len(c.Keys) == 0 {
+		return 0, 0, 0, false
+	}
+	plain := func(k KeySpec) bool { return !k.Unknown && k.Keyword == "" && !k.KeyNum }
+	if len(c.Keys) == 1 && plain(c.Keys[0]) {
+		k := c.Keys[0]
 		last := k.LastKey
 		if last >= 0 {
 			last += k.Index
 		}
-		// Unsigned, as Redis compares: a last key counted from the end is
-		// above any other.
-		prevLast = int(max(uint(prevLast), uint(last)))
+		return k.Index, last, k.Step, k.Spec&SpecIncomplete != 0
 	}
-	return false
+	first, prevLast := 1<<31-1, 0
+	lastKey := uint(0)
+	for _, k := range c.Keys {
+		if !plain(k) || k.Step != 1 || prevLast != 0 && prevLast != k.Index-1 {
+			movable = true
+			continue
+		}
+		if k.Spec&SpecIncomplete != 0 {
+			movable = true
+		}
+		first = min(first, k.Index)
+		abs := k.LastKey
+		if abs >= 0 {
+			abs += k.Index
+		}
+		// Unsigned, as Redis compares: a last key counted from the end
+		// is above any other.
+		lastKey = max(lastKey, uint(abs))
+		prevLast = int(lastKey)
+	}
+	if first == 1<<31-1 {
+		return 0, 0, 0, true
+	}
+	return first, int(lastKey), 1, movable
 }
 
 // KeysOf returns the command's keys in args (args[0] is the command
@@ -222,7 +269,7 @@ func (c *Command) keys(args [][]byte) []Key {
 	}
 	var out []Key
 	for _, s := range c.Keys {
-		if s.Unknown {
+		if s.Unknown || s.Spec&SpecNotKey != 0 {
 			continue
 		}
 		ks, ok := s.find(args)

@@ -104,8 +104,8 @@ func aclCommands(cmds map[string]*entry) []*acl.Command {
 	// on connect), with 7.2's categories.
 	if c := byName["client"]; c != nil {
 		c.Subcommands = append(c.Subcommands,
-			&acl.Command{Name: "client|no-touch", Arity: 3, Categories: acl.CatSlow | acl.CatConnection},
-			&acl.Command{Name: "client|setinfo", Arity: 4, Categories: acl.CatSlow | acl.CatConnection})
+			&acl.Command{Name: "client|no-touch", Arity: 3, Categories: acl.CatSlow | acl.CatConnection, Flags: []string{"noscript", "loading", "stale"}},
+			&acl.Command{Name: "client|setinfo", Arity: 4, Categories: acl.CatSlow | acl.CatConnection, Flags: []string{"noscript", "loading", "stale"}})
 	}
 	names := make([]string, 0, len(cmds))
 	for n := range cmds {

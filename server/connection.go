@@ -536,9 +536,118 @@ func (s *Server) writeInfo(c *call, cmd *command) {
 	for _, a := range cats {
 		c.w.WriteString("@" + a)
 	}
-	c.w.WriteSet(0) // tips
-	c.w.WriteSet(0) // key specs
-	c.w.WriteSet(0) // subcommands
+	writeTipsAndKeySpecs(c, ac)
+	// Subcommands: Redis 7.0's, as its table has them.
+	if len(ac.Subcommands) == 0 {
+		c.w.WriteSet(0)
+		return
+	}
+	c.w.WriteArray(len(ac.Subcommands))
+	for _, sc := range ac.Subcommands {
+		writeSubcommandInfo(c, sc)
+	}
+}
+
+// writeSubcommandInfo is a subcommand's COMMAND INFO entry, from Redis
+// 7.0's table.
+func writeSubcommandInfo(c *call, sc *acl.Command) {
+	c.w.WriteArray(10)
+	c.w.WriteBulkString(sc.Name)
+	c.w.WriteInt(sc.Arity)
+	c.w.WriteSet(len(sc.Flags))
+	for _, f := range sc.Flags {
+		c.w.WriteString(f)
+	}
+	first, last, step := sc.LegacyRange()
+	c.w.WriteInt(first)
+	c.w.WriteInt(last)
+	c.w.WriteInt(step)
+	cats := sc.Categories.Names()
+	c.w.WriteSet(len(cats))
+	for _, a := range cats {
+		c.w.WriteString("@" + a)
+	}
+	writeTipsAndKeySpecs(c, sc)
+	c.w.WriteSet(0)
+}
+
+// writeTipsAndKeySpecs writes COMMAND INFO's tips and key specs, as Redis
+// 7.0 replies with them.
+func writeTipsAndKeySpecs(c *call, ac *acl.Command) {
+	c.w.WriteSet(len(ac.Tips))
+	for _, t := range ac.Tips {
+		c.w.WriteBulkString(t)
+	}
+	c.w.WriteSet(len(ac.Keys))
+	for _, k := range ac.Keys {
+		n := 3
+		if k.Notes != "" {
+			n++
+			c.w.WriteMap(n)
+			c.w.WriteBulkString("notes")
+			c.w.WriteBulkString(k.Notes)
+		} else {
+			c.w.WriteMap(n)
+		}
+		c.w.WriteBulkString("flags")
+		fs := k.Spec.Names()
+		c.w.WriteSet(len(fs))
+		for _, f := range fs {
+			c.w.WriteString(f)
+		}
+		c.w.WriteBulkString("begin_search")
+		c.w.WriteMap(2)
+		c.w.WriteBulkString("type")
+		switch {
+		case k.Unknown:
+			c.w.WriteBulkString("unknown")
+			c.w.WriteBulkString("spec")
+			c.w.WriteMap(0)
+		case k.Keyword != "":
+			c.w.WriteBulkString("keyword")
+			c.w.WriteBulkString("spec")
+			c.w.WriteMap(2)
+			c.w.WriteBulkString("keyword")
+			c.w.WriteBulkString(k.Keyword)
+			c.w.WriteBulkString("startfrom")
+			c.w.WriteInt(k.StartFrom)
+		default:
+			c.w.WriteBulkString("index")
+			c.w.WriteBulkString("spec")
+			c.w.WriteMap(1)
+			c.w.WriteBulkString("index")
+			c.w.WriteInt(k.Index)
+		}
+		c.w.WriteBulkString("find_keys")
+		c.w.WriteMap(2)
+		c.w.WriteBulkString("type")
+		switch {
+		case k.Unknown:
+			c.w.WriteBulkString("unknown")
+			c.w.WriteBulkString("spec")
+			c.w.WriteMap(0)
+		case k.KeyNum:
+			c.w.WriteBulkString("keynum")
+			c.w.WriteBulkString("spec")
+			c.w.WriteMap(3)
+			c.w.WriteBulkString("keynumidx")
+			c.w.WriteInt(k.KeyNumIdx)
+			c.w.WriteBulkString("firstkey")
+			c.w.WriteInt(k.FirstKey)
+			c.w.WriteBulkString("keystep")
+			c.w.WriteInt(k.Step)
+		default:
+			c.w.WriteBulkString("range")
+			c.w.WriteBulkString("spec")
+			c.w.WriteMap(3)
+			c.w.WriteBulkString("lastkey")
+			c.w.WriteInt(k.LastKey)
+			c.w.WriteBulkString("keystep")
+			c.w.WriteInt(k.Step)
+			c.w.WriteBulkString("limit")
+			c.w.WriteInt(k.Limit)
+		}
+	}
 }
 
 // writeDocs writes a command's COMMAND DOCS map (flattened in RESP2):

@@ -300,7 +300,7 @@ func commandGetKeys(c *call, flags bool) {
 		c.error("ERR Invalid command specified")
 		return
 	}
-	if len(cmd.Keys) == 0 && cmd.GetKeys == nil {
+	if !cmd.HasKeys() {
 		c.error("ERR The command has no key arguments")
 		return
 	}

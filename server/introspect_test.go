@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -146,16 +147,23 @@ func TestClientListFields(t *testing.T) {
 	}
 }
 
-// TestMovableKeysSameAsRedis: COMMAND INFO marks movablekeys on the same
-// commands as redis-server, for every command kvarray serves that Redis
-// 7.0 has.
-func TestMovableKeysSameAsRedis(t *testing.T) {
+// TestCommandInfoSameAsRedis: for every command kvarray serves that Redis
+// 7.0 has, COMMAND INFO marks movablekeys as redis-server does, and its
+// tips, key specs and subcommands (each subcommand's whole entry; in any
+// order, as Redis's dictionary gives them) are redis-server's.
+func TestCommandInfoSameAsRedis(t *testing.T) {
 	ts := startServer(t, "")
-	k, r := ts.dial(), (&testServer{t: t, addr: startRedis(t)}).dial()
+	redisAddr := startRedis(t)
+	for _, proto := range []string{"2", "3"} {
+		k, r := ts.dial(), (&testServer{t: t, addr: redisAddr}).dial()
+		k.do("HELLO", proto)
+		r.do("HELLO", proto)
+		compareCommandInfo(t, k, r)
+	}
+}
+
+func compareCommandInfo(t *testing.T, k, r *rawConn) {
 	movable := func(info reply) bool {
-		if len(info.elems) < 3 {
-			return false
-		}
 		for _, f := range info.elems[2].elems {
 			if f.str == "movablekeys" {
 				return true
@@ -163,18 +171,38 @@ func TestMovableKeysSameAsRedis(t *testing.T) {
 		}
 		return false
 	}
+	// kvarray's CLIENT has two subcommands of Redis 7.2 (SETINFO and
+	// NO-TOUCH, which clients send): they are left out.
+	subs := func(info reply) []string {
+		var out []string
+		for _, e := range info.elems[9].elems {
+			if n := e.elems[0].str; n != "client|setinfo" && n != "client|no-touch" {
+				out = append(out, e.String())
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
 	checked := 0
 	for _, name := range k.do("COMMAND", "LIST").elems {
 		if strings.Contains(name.str, "|") {
 			continue
 		}
 		want := r.do("COMMAND", "INFO", name.str)
-		if len(want.elems) != 1 || len(want.elems[0].elems) == 0 {
+		if len(want.elems) != 1 || len(want.elems[0].elems) != 10 {
 			continue // not a Redis 7.0 command
 		}
-		got := k.do("COMMAND", "INFO", name.str)
-		if movable(got.elems[0]) != movable(want.elems[0]) {
-			t.Errorf("COMMAND INFO %s: movablekeys %v, redis-server %v", name.str, movable(got.elems[0]), movable(want.elems[0]))
+		w, g := want.elems[0], k.do("COMMAND", "INFO", name.str).elems[0]
+		if movable(g) != movable(w) {
+			t.Errorf("COMMAND INFO %s: movablekeys %v, redis-server %v", name.str, movable(g), movable(w))
+		}
+		for i, what := range map[int]string{7: "tips", 8: "key specs"} {
+			if g.elems[i].String() != w.elems[i].String() {
+				t.Errorf("COMMAND INFO %s, %s:\nkvarray %v\nredis   %v", name.str, what, g.elems[i], w.elems[i])
+			}
+		}
+		if gs, ws := subs(g), subs(w); !slices.Equal(gs, ws) {
+			t.Errorf("COMMAND INFO %s, subcommands:\nkvarray %v\nredis   %v", name.str, gs, ws)
 		}
 		checked++
 	}
