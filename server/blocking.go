@@ -71,6 +71,8 @@ type waiter struct {
 	e    *entry
 	args [][]byte
 	spec *blockSpec
+	// start: when the command began (the slow log's time, once served).
+	start time.Time
 	// done receives the reply, once.
 	done chan *respWriter
 	// serving: serveReady is trying it (cancel then waits for it);
@@ -127,7 +129,7 @@ func (c *call) block(spec *blockSpec) {
 		spec.timedOut(c.w)
 		return
 	}
-	w := &waiter{cl: c.cl, db: c.cl.db, e: c.e, spec: spec, done: make(chan *respWriter, 1)}
+	w := &waiter{cl: c.cl, db: c.cl.db, e: c.e, spec: spec, start: time.Now(), done: make(chan *respWriter, 1)}
 	for _, a := range c.args {
 		w.args = append(w.args, slices.Clone(a))
 	}
@@ -313,6 +315,7 @@ func (s *Server) serveReady() {
 			if !served {
 				break
 			}
+			s.logSlow(w.e, w.cl, w.args, time.Since(w.start))
 		}
 	}
 }

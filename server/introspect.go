@@ -68,26 +68,35 @@ func (s *Server) slow() *slowlog { return &s.cfg.slow }
 
 // recordSlow logs c's command if it ran d or longer: not EXEC
 // (skip_slowlog: its commands are logged), nor AUTH and HELLO, whose
-// arguments carry passwords (no_auth; Redis redacts them).
+// arguments carry passwords (no_auth; Redis redacts them). A command
+// that blocked is logged when it is served (logSlow from serveReady),
+// with the time it waited, as Redis logs it.
 func (s *Server) recordSlow(c *call, d time.Duration) {
+	if c.e == nil || c.blocked != nil {
+		return
+	}
+	s.logSlow(c.e, c.cl, c.args, d)
+}
+
+func (s *Server) logSlow(e *entry, cl *conn, cmdArgs [][]byte, d time.Duration) {
 	l := s.slow()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.slower < 0 || d.Microseconds() < l.slower || c.e == nil {
+	if l.slower < 0 || d.Microseconds() < l.slower {
 		return
 	}
-	for _, f := range c.e.flags {
+	for _, f := range e.flags {
 		if f == "skip_slowlog" || f == "no_auth" {
 			return
 		}
 	}
-	n := min(len(c.args), slowlogMaxArgc)
+	n := min(len(cmdArgs), slowlogMaxArgc)
 	args := make([][]byte, n)
 	for i := range n {
-		a := c.args[i]
+		a := cmdArgs[i]
 		switch {
-		case i == n-1 && n < len(c.args):
-			a = []byte(fmt.Sprintf("... (%d more arguments)", len(c.args)-n+1))
+		case i == n-1 && n < len(cmdArgs):
+			a = []byte(fmt.Sprintf("... (%d more arguments)", len(cmdArgs)-n+1))
 		case len(a) > slowlogMaxArgLen:
 			a = append(append([]byte(nil), a[:slowlogMaxArgLen]...), fmt.Sprintf("... (%d more bytes)", len(a)-slowlogMaxArgLen)...)
 		default:
@@ -95,10 +104,10 @@ func (s *Server) recordSlow(c *call, d time.Duration) {
 		}
 		args[i] = a
 	}
-	c.cl.mu.Lock()
-	name := c.cl.name
-	c.cl.mu.Unlock()
-	l.entries = append([]slowEntry{{id: l.nextID, at: time.Now().Unix(), usec: d.Microseconds(), args: args, addr: c.cl.addr, name: name}}, l.entries...)
+	cl.mu.Lock()
+	name := cl.name
+	cl.mu.Unlock()
+	l.entries = append([]slowEntry{{id: l.nextID, at: time.Now().Unix(), usec: d.Microseconds(), args: args, addr: cl.addr, name: name}}, l.entries...)
 	l.nextID++
 	if int64(len(l.entries)) > l.max {
 		l.entries = l.entries[:l.max]
