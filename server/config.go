@@ -38,7 +38,8 @@ func (rc *runtimeConfig) init(o options) {
 	rc.maxClients.Store(int64(o.maxClients))
 	rc.busyMs.Store(DefaultBusyThreshold.Milliseconds())
 	rc.hllSparse.Store(hll.DefaultSparseMax)
-	rc.slow.slower, rc.slow.max = 10000, 128
+	rc.slow.slower.Store(10000)
+	rc.slow.max = 128
 	rc.requirepass.Store(&o.auth.requirepass)
 }
 

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -52,9 +53,10 @@ type slowlog struct {
 	mu      sync.Mutex
 	entries []slowEntry
 	nextID  int64
-	// slower is slowlog-log-slower-than in microseconds (negative: off);
-	// max is slowlog-max-len.
-	slower, max int64
+	// slower is slowlog-log-slower-than in microseconds (negative: off),
+	// read without the lock by every command; max is slowlog-max-len.
+	slower atomic.Int64
+	max    int64
 }
 
 // Redis's limits on what an entry keeps of a command.
@@ -80,11 +82,11 @@ func (s *Server) recordSlow(c *call, d time.Duration) {
 
 func (s *Server) logSlow(e *entry, cl *conn, cmdArgs [][]byte, d time.Duration) {
 	l := s.slow()
+	if slower := l.slower.Load(); slower < 0 || d.Microseconds() < slower {
+		return // most commands: no lock taken
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.slower < 0 || d.Microseconds() < l.slower {
-		return
-	}
 	for _, f := range e.flags {
 		if f == "skip_slowlog" || f == "no_auth" {
 			return
@@ -176,19 +178,13 @@ func cmdSlowlog(c *call) {
 // slowlogParams are CONFIG's slow log parameters.
 var slowlogParams = []param{
 	{name: "slowlog-log-slower-than", get: func(s *Server) string {
-		l := s.slow()
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return strconv.FormatInt(l.slower, 10)
+		return strconv.FormatInt(s.slow().slower.Load(), 10)
 	}, set: func(s *Server, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
 			return fmt.Errorf("argument couldn't be parsed into an integer")
 		}
-		l := s.slow()
-		l.mu.Lock()
-		l.slower = n
-		l.mu.Unlock()
+		s.slow().slower.Store(n)
 		return nil
 	}},
 	{name: "slowlog-max-len", get: func(s *Server) string {
