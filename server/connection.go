@@ -515,137 +515,103 @@ func (s *Server) commandNames() []string {
 // flags, first key, last key, step, ACL categories, tips, key specs,
 // subcommands).
 func (s *Server) writeInfo(c *call, cmd *command) {
-	c.w.WriteArray(10)
-	c.w.WriteBulkString(cmd.name)
-	c.w.WriteInt(cmd.arity)
 	ac := s.acl.Table().Lookup(cmd.name)
 	flags := cmd.flags
 	if ac.Movable() && !slices.Contains(flags, "movablekeys") {
 		flags = append(slices.Clip(flags), "movablekeys")
 	}
+	writeInfoEntry(c, cmd.name, cmd.arity, flags, [3]int{cmd.first, cmd.last, cmd.step}, ac)
+}
+
+// writeInfoEntry writes one COMMAND INFO entry: the command's name,
+// arity, flags and legacy key range, then from Redis 7.0's table (ac) its
+// ACL categories, tips, key specs and subcommands (each an entry).
+func writeInfoEntry(c *call, name string, arity int, flags []string, keys [3]int, ac *acl.Command) {
+	c.w.WriteArray(10)
+	c.w.WriteBulkString(name)
+	c.w.WriteInt(arity)
 	c.w.WriteSet(len(flags))
 	for _, f := range flags {
 		c.w.WriteString(f)
 	}
-	c.w.WriteInt(cmd.first)
-	c.w.WriteInt(cmd.last)
-	c.w.WriteInt(cmd.step)
+	for _, k := range keys {
+		c.w.WriteInt(k)
+	}
 	// The ACL's categories: Redis's for the commands Redis has.
 	cats := ac.Categories.Names()
 	c.w.WriteSet(len(cats))
 	for _, a := range cats {
 		c.w.WriteString("@" + a)
 	}
-	writeTipsAndKeySpecs(c, ac)
-	// Subcommands: Redis 7.0's, as its table has them.
-	if len(ac.Subcommands) == 0 {
-		c.w.WriteSet(0)
-		return
-	}
-	c.w.WriteArray(len(ac.Subcommands))
-	for _, sc := range ac.Subcommands {
-		writeSubcommandInfo(c, sc)
-	}
-}
-
-// writeSubcommandInfo is a subcommand's COMMAND INFO entry, from Redis
-// 7.0's table.
-func writeSubcommandInfo(c *call, sc *acl.Command) {
-	c.w.WriteArray(10)
-	c.w.WriteBulkString(sc.Name)
-	c.w.WriteInt(sc.Arity)
-	c.w.WriteSet(len(sc.Flags))
-	for _, f := range sc.Flags {
-		c.w.WriteString(f)
-	}
-	first, last, step := sc.LegacyRange()
-	c.w.WriteInt(first)
-	c.w.WriteInt(last)
-	c.w.WriteInt(step)
-	cats := sc.Categories.Names()
-	c.w.WriteSet(len(cats))
-	for _, a := range cats {
-		c.w.WriteString("@" + a)
-	}
-	writeTipsAndKeySpecs(c, sc)
-	c.w.WriteSet(0)
-}
-
-// writeTipsAndKeySpecs writes COMMAND INFO's tips and key specs, as Redis
-// 7.0 replies with them.
-func writeTipsAndKeySpecs(c *call, ac *acl.Command) {
 	c.w.WriteSet(len(ac.Tips))
 	for _, t := range ac.Tips {
 		c.w.WriteBulkString(t)
 	}
 	c.w.WriteSet(len(ac.Keys))
 	for _, k := range ac.Keys {
-		n := 3
-		if k.Notes != "" {
-			n++
-			c.w.WriteMap(n)
-			c.w.WriteBulkString("notes")
-			c.w.WriteBulkString(k.Notes)
-		} else {
-			c.w.WriteMap(n)
-		}
-		c.w.WriteBulkString("flags")
-		fs := k.Spec.Names()
-		c.w.WriteSet(len(fs))
-		for _, f := range fs {
-			c.w.WriteString(f)
-		}
-		c.w.WriteBulkString("begin_search")
-		c.w.WriteMap(2)
-		c.w.WriteBulkString("type")
-		switch {
-		case k.Unknown:
-			c.w.WriteBulkString("unknown")
-			c.w.WriteBulkString("spec")
-			c.w.WriteMap(0)
-		case k.Keyword != "":
-			c.w.WriteBulkString("keyword")
-			c.w.WriteBulkString("spec")
-			c.w.WriteMap(2)
-			c.w.WriteBulkString("keyword")
-			c.w.WriteBulkString(k.Keyword)
-			c.w.WriteBulkString("startfrom")
-			c.w.WriteInt(k.StartFrom)
-		default:
-			c.w.WriteBulkString("index")
-			c.w.WriteBulkString("spec")
-			c.w.WriteMap(1)
-			c.w.WriteBulkString("index")
-			c.w.WriteInt(k.Index)
-		}
-		c.w.WriteBulkString("find_keys")
-		c.w.WriteMap(2)
-		c.w.WriteBulkString("type")
-		switch {
-		case k.Unknown:
-			c.w.WriteBulkString("unknown")
-			c.w.WriteBulkString("spec")
-			c.w.WriteMap(0)
-		case k.KeyNum:
-			c.w.WriteBulkString("keynum")
-			c.w.WriteBulkString("spec")
-			c.w.WriteMap(3)
-			c.w.WriteBulkString("keynumidx")
-			c.w.WriteInt(k.KeyNumIdx)
-			c.w.WriteBulkString("firstkey")
-			c.w.WriteInt(k.FirstKey)
-			c.w.WriteBulkString("keystep")
-			c.w.WriteInt(k.Step)
-		default:
-			c.w.WriteBulkString("range")
-			c.w.WriteBulkString("spec")
-			c.w.WriteMap(3)
-			c.w.WriteBulkString("lastkey")
-			c.w.WriteInt(k.LastKey)
-			c.w.WriteBulkString("keystep")
-			c.w.WriteInt(k.Step)
-			c.w.WriteBulkString("limit")
-			c.w.WriteInt(k.Limit)
+		writeKeySpec(c, k)
+	}
+	if len(ac.Subcommands) == 0 {
+		c.w.WriteSet(0)
+		return
+	}
+	c.w.WriteArray(len(ac.Subcommands))
+	for _, sc := range ac.Subcommands {
+		first, last, step := sc.LegacyRange()
+		writeInfoEntry(c, sc.Name, sc.Arity, sc.Flags, [3]int{first, last, step}, sc)
+	}
+}
+
+// writeKeySpec writes a key spec as Redis 7.0's COMMAND INFO does.
+func writeKeySpec(c *call, k acl.KeySpec) {
+	if k.Notes != "" {
+		c.w.WriteMap(4)
+		c.w.WriteBulkString("notes")
+		c.w.WriteBulkString(k.Notes)
+	} else {
+		c.w.WriteMap(3)
+	}
+	c.w.WriteBulkString("flags")
+	fs := k.Spec.Names()
+	c.w.WriteSet(len(fs))
+	for _, f := range fs {
+		c.w.WriteString(f)
+	}
+	c.w.WriteBulkString("begin_search")
+	switch {
+	case k.Unknown:
+		writeSpecPart(c, "unknown")
+	case k.Keyword != "":
+		writeSpecPart(c, "keyword", "keyword", k.Keyword, "startfrom", k.StartFrom)
+	default:
+		writeSpecPart(c, "index", "index", k.Index)
+	}
+	c.w.WriteBulkString("find_keys")
+	switch {
+	case k.Unknown:
+		writeSpecPart(c, "unknown")
+	case k.KeyNum:
+		writeSpecPart(c, "keynum", "keynumidx", k.KeyNumIdx, "firstkey", k.FirstKey, "keystep", k.Step)
+	default:
+		writeSpecPart(c, "range", "lastkey", k.LastKey, "keystep", k.Step, "limit", k.Limit)
+	}
+}
+
+// writeSpecPart writes a key spec's begin_search or find_keys: its type
+// and its spec, fields given as name, value (an int or a string) pairs.
+func writeSpecPart(c *call, typ string, fields ...any) {
+	c.w.WriteMap(2)
+	c.w.WriteBulkString("type")
+	c.w.WriteBulkString(typ)
+	c.w.WriteBulkString("spec")
+	c.w.WriteMap(len(fields) / 2)
+	for i := 0; i+1 < len(fields); i += 2 {
+		c.w.WriteBulkString(fields[i].(string))
+		switch v := fields[i+1].(type) {
+		case int:
+			c.w.WriteInt(v)
+		case string:
+			c.w.WriteBulkString(v)
 		}
 	}
 }
