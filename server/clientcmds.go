@@ -89,13 +89,16 @@ func (c *call) clientTypeArg(a []byte) string {
 // clientType is a connection's type as CLIENT LIST and CLIENT KILL TYPE
 // see it: the replication link to this server's master, a replica's
 // connection (it sent SYNC), a subscriber, or normal.
-func (s *Server) clientType(cl *conn) string {
+func (s *Server) clientType(cl *conn) string { return clientTypeOf(cl, cl.subCount()) }
+
+// clientTypeOf is clientType for a connection of subs subscriptions.
+func clientTypeOf(cl *conn, subs int) string {
 	switch {
 	case cl.master:
 		return "master"
 	case cl.replicaLink.Load():
 		return "replica"
-	case cl.subCount() > 0:
+	case subs > 0:
 		return "pubsub"
 	}
 	return "normal"

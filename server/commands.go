@@ -45,6 +45,9 @@ type arg struct {
 // entry is a command with its call counter (INFO commandstats).
 type entry struct {
 	*command
+	// container: Redis's table gives the command subcommands, so that
+	// CLIENT LIST and the latency histograms name it with one.
+	container   bool
 	calls, usec atomic.Int64
 	// rejected: refused before running (arity, NOAUTH, NOPERM, ...);
 	// failed: ran and replied with an error (INFO commandstats).
@@ -675,11 +678,9 @@ func (s *Server) serveOne(rc redcon.Conn, cl *conn, cmd redcon.Command, out *res
 // shownName is the command's name as CLIENT LIST shows it: a container's
 // with its subcommand ("client|list").
 func (s *Server) shownName(e *entry, args [][]byte) *string {
-	if len(args) > 1 {
-		if ac := s.acl.Table().Lookup(e.name); ac != nil && len(ac.Subcommands) > 0 {
-			if sc := s.acl.Table().Resolve(args); sc != nil && sc != ac {
-				return &sc.Name
-			}
+	if e.container && len(args) > 1 {
+		if sc := s.acl.Table().Resolve(args); sc != nil && sc.Parent() != nil {
+			return &sc.Name
 		}
 	}
 	return &e.name

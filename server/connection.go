@@ -312,7 +312,7 @@ func (c *call) infoOf(cl *conn, now time.Time) string {
 	sub, psub, ssub = len(cl.subs[pubsub.Channel]), len(cl.subs[pubsub.Pattern]), len(cl.subs[pubsub.Shard])
 	cl.subsMu.Unlock()
 	flags := ""
-	switch s.clientType(cl) {
+	switch clientTypeOf(cl, sub+psub+ssub) {
 	case "master":
 		flags += "M"
 	case "replica":

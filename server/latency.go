@@ -74,15 +74,16 @@ type latencyMonitor struct {
 }
 
 // initLatency makes a histogram for every command served and each of its
-// subcommands.
+// subcommands, and marks the containers (entry.container).
 func (s *Server) initLatency() {
 	m := &s.lat
 	m.tracking.Store(true)
 	m.hists = map[string]*latHist{}
 	t := s.acl.Table()
-	for n := range s.cmds {
+	for n, e := range s.cmds {
 		m.hists[n] = &latHist{}
 		if ac := t.Lookup(n); ac != nil {
+			e.container = len(ac.Subcommands) > 0
 			for _, sc := range ac.Subcommands {
 				m.hists[sc.Name] = &latHist{}
 			}
