@@ -528,6 +528,14 @@ func (s *Server) serveRESP(rc redcon.Conn, cmd redcon.Command) {
 		// with the write lock held, never split by one (pubsub.go).
 		cl.wmu.Lock()
 		defer cl.wmu.Unlock()
+		if cl.push != nil {
+			// Replies still buffered first (commands before the queue
+			// started), then the messages queued before this command.
+			if bw := redcon.BaseWriter(rc); bw != nil {
+				_ = bw.Flush()
+			}
+			cl.push.drain()
+		}
 		s.serveOne(rc, cl, cmd, nil)
 		if bw := redcon.BaseWriter(rc); bw != nil {
 			_ = bw.Flush()

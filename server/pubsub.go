@@ -26,7 +26,9 @@ import (
 //     queue, its commands run with the connection's write lock (wmu) held
 //     and their replies are flushed before it is released, and the writer
 //     sends only with wmu held. A SUBSCRIBE's confirmation therefore goes
-//     out before any message of the channel it subscribed to.
+//     out before any message of the channel it subscribed to, and a
+//     command first sends the messages queued before it (drain): they
+//     precede its reply, as in Redis.
 //   - Pub/sub is not persisted: it is delivery to connected clients, as in
 //     Redis; messages published while nobody listens are gone.
 
@@ -60,8 +62,6 @@ func (s *subs) count(kind pubsub.Kind) int {
 	return len(s[pubsub.Channel]) + len(s[pubsub.Pattern])
 }
 
-// subscribed reports whether cl has any subscription (RESP2's
-// subscribed mode).
 // subCount is the number of the connection's subscriptions of every
 // kind, for any goroutine.
 func (cl *conn) subCount() int {
@@ -71,6 +71,8 @@ func (cl *conn) subCount() int {
 	return len(s[pubsub.Channel]) + len(s[pubsub.Pattern]) + len(s[pubsub.Shard])
 }
 
+// subscribed reports whether cl has any subscription (RESP2's
+// subscribed mode).
 func (cl *conn) subscribed() bool {
 	if cl.push == nil {
 		return false
@@ -152,7 +154,9 @@ func (q *pushQueue) overLimit(format string, args ...any) {
 	q.cl.Conn.Close()
 }
 
-// run sends the queue until it is closed.
+// run sends the queue until it is closed. It takes the queue's bytes
+// only with the write lock held, so that drain, which a command runs
+// with that lock, never sends newer messages before older ones.
 func (q *pushQueue) run() {
 	var b []byte
 	for {
@@ -161,21 +165,50 @@ func (q *pushQueue) run() {
 		for len(q.buf) == 0 && !q.closed {
 			q.wake.Wait()
 		}
-		if q.closed {
-			q.mu.Unlock()
+		closed := q.closed
+		q.mu.Unlock()
+		if closed {
 			return
 		}
+		q.cl.wmu.Lock()
+		q.mu.Lock()
 		b, q.buf = q.buf, b[:0]
 		q.sending = len(b)
 		q.mu.Unlock()
-		q.cl.wmu.Lock()
-		_, err := q.cl.Conn.Write(b)
+		var err error
+		if len(b) > 0 {
+			_, err = q.cl.Conn.Write(b)
+		}
 		q.cl.wmu.Unlock()
 		if err != nil {
 			q.stop()
 			q.cl.Conn.Close()
 			return
 		}
+	}
+}
+
+// drain sends what the queue holds now; the caller holds the write lock.
+// A command runs it first, so that the messages queued before it (an
+// invalidation another client's write caused) go out before its reply,
+// as from Redis's output buffer.
+func (q *pushQueue) drain() {
+	q.mu.Lock()
+	if q.closed || len(q.buf) == 0 {
+		q.mu.Unlock()
+		return
+	}
+	b := q.buf
+	q.buf = nil
+	q.sending = len(b)
+	q.mu.Unlock()
+	_, err := q.cl.Conn.Write(b)
+	q.mu.Lock()
+	q.sending = 0
+	q.mu.Unlock()
+	if err != nil {
+		q.stop()
+		q.cl.Conn.Close()
 	}
 }
 
