@@ -19,28 +19,36 @@ func TestLatencyMonitor(t *testing.T) {
 		t.Fatalf("LATENCY LATEST before any event: %v", r)
 	}
 	c.do("CONFIG", "SET", "latency-monitor-threshold", "5")
-	// A Lua loop of a few million steps: well past 5 ms.
-	c.do("EVAL", "local i = 0 while i < 5000000 do i = i + 1 end return i", "0")
-	latest := c.do("LATENCY", "LATEST")
-	if len(latest.elems) != 1 || latest.elems[0].elems[0].str != "command" || atoi(latest.elems[0].elems[2].str) < 5 {
-		t.Fatalf("LATENCY LATEST after a slow EVAL: %v", latest)
+	// A Lua loop of half a million steps: past 5 ms. (Other events, an
+	// expiry pass slowed by the race detector, may come too.)
+	c.do("EVAL", "local i = 0 while i < 500000 do i = i + 1 end return i", "0")
+	found := false
+	for _, ev := range c.do("LATENCY", "LATEST").elems {
+		if ev.elems[0].str == "command" && atoi(ev.elems[2].str) >= 5 {
+			found = true
+		}
 	}
-	if h := c.do("LATENCY", "HISTORY", "command"); len(h.elems) != 1 {
+	if !found {
+		t.Fatalf("LATENCY LATEST after a slow EVAL: no command event of 5 ms or more")
+	}
+	if h := c.do("LATENCY", "HISTORY", "command"); len(h.elems) == 0 {
 		t.Errorf("LATENCY HISTORY command: %v", h)
 	}
 	if g := c.do("LATENCY", "GRAPH", "command"); !strings.Contains(g.str, "command - high") {
 		t.Errorf("LATENCY GRAPH command: %v", g)
 	}
-	if d := c.do("LATENCY", "DOCTOR"); !strings.Contains(d.str, "1. command: 1 latency spikes") {
+	if d := c.do("LATENCY", "DOCTOR"); !strings.Contains(d.str, ". command: ") {
 		t.Errorf("LATENCY DOCTOR: %v", d)
 	}
-	if r := c.do("LATENCY", "RESET"); r.str != "1" {
-		t.Errorf("LATENCY RESET: %v, want 1", r)
-	}
-	if r := c.do("LATENCY", "LATEST"); len(r.elems) != 0 {
-		t.Errorf("LATENCY LATEST after RESET: %v", r)
-	}
 	c.do("CONFIG", "SET", "latency-monitor-threshold", "0")
+	if r := c.do("LATENCY", "RESET", "command", "nope"); r.str != "1" {
+		t.Errorf("LATENCY RESET command nope: %v, want 1", r)
+	}
+	for _, ev := range c.do("LATENCY", "LATEST").elems {
+		if ev.elems[0].str == "command" {
+			t.Errorf("LATENCY LATEST after RESET command: %v", ev)
+		}
+	}
 
 	c.do("CONFIG", "RESETSTAT")
 	c.do("SET", "a", "b")
