@@ -258,18 +258,39 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 		}
 		return out
 	}
+	// packedLies returns the devices where a piece of a Packing value
+	// has been lied about. A Packing set holds members of several keys,
+	// and the model does not know which keys share a set, so a lie on
+	// any member counts as a bad piece of every Packing value (a lie on
+	// key-16's member, a failed device and a replaced one are three bad
+	// pieces of key-33's set).
+	packedLies := func() map[int]bool {
+		lies := map[int]bool{}
+		for _, mk := range m.keys {
+			if slices.Contains(mk.rms, "packing") {
+				for d := range mk.liedOn {
+					lies[d] = true
+				}
+			}
+		}
+		return lies
+	}
 	// atRisk reports whether some split of the value has more impaired
 	// devices (plus extra) than its mechanism tolerates.
 	atRisk := func(key string, mk *modelKey, extra int) bool {
+		var lies map[int]bool
 		for i, v := range mk.vals {
 			if v == nil {
 				continue
 			}
 			rm := mk.rms[i]
+			if rm == "packing" && lies == nil {
+				lies = packedLies()
+			}
 			for _, span := range spans(key, rm, len(v)) {
 				bad := 0
 				for _, d := range span {
-					if m.impaired[d] || d == extra || mk.liedOn[d] {
+					if m.impaired[d] || d == extra || mk.liedOn[d] || rm == "packing" && lies[d] {
 						bad++
 					}
 				}
@@ -483,10 +504,15 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 			// The lie destroys d's piece as a replace would: if the
 			// devices already impaired leave it nothing to spare, the
 			// value is lost, and a repair may then clear its leftovers
-			// (so that it reads as absent).
-			if atRisk(key, mk, d) {
-				mk.lost = true
-				logf(key, "step %d: lost with device %d's lie", step, d)
+			// (so that it reads as absent). A lie on a Packing member
+			// is a bad piece of its whole set: every Packing value is
+			// then at risk as a replace of d would put it.
+			packed := slices.Contains(mk.rms, "packing")
+			for k, kk := range m.keys {
+				if (k == key || packed && slices.Contains(kk.rms, "packing")) && atRisk(k, kk, d) {
+					kk.lost = true
+					logf(k, "step %d: lost with device %d's lie", step, d)
+				}
 			}
 			if mk.liedOn == nil {
 				mk.liedOn = map[int]bool{}
