@@ -477,13 +477,8 @@ func (a *Array) Close() error {
 	a.closeListings()
 	// A copy of a device taken while the array ran is older than this.
 	// Nothing issues versions any more: the lease comes down to the last.
-	// Writes that failed and were not settled since may have been cut
-	// short like a crash's (mustSettle): the next process must know, as
-	// after a crash, until a scrub settles them. Without it, its repairs
-	// took a failed store's leftovers for writes a lying primary lost
-	// (Array.doubting).
 	a.hdrMu.Lock()
-	if !a.unclean.Load() && a.unsettledN.Load() == 0 && a.overflow.Load() == 0 {
+	if !a.unclean.Load() {
 		a.hdr.flags &^= flagOpen
 	}
 	a.hdrMu.Unlock()
@@ -499,8 +494,8 @@ func (a *Array) Close() error {
 }
 
 // Unclean reports whether the process that had the array open before
-// this one did not close it (it crashed, or was killed) or closed it with
-// failed writes not settled, and no scrub --repair has completed since. The writes that process had in flight,
+// this one did not close it (it crashed, or was killed), and no scrub
+// --repair has completed since. The writes that process had in flight,
 // never acknowledged, may have landed on too few devices to survive the
 // loss of one (the write hole, docs/ARCHITECTURE.md "Known limits"); a
 // Scrub with repair settles them and clears this. Until then every open

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/kvarray/kvarray/device"
-	"github.com/kvarray/kvarray/device/mem"
 	"github.com/kvarray/kvarray/device/pebble"
 	"github.com/kvarray/kvarray/device/redis"
 	"github.com/kvarray/kvarray/device/redis/redistest"
@@ -105,29 +104,13 @@ func checkSwappedPieces(t *testing.T, a *Array) {
 // TestSwappedPieces runs checkSwappedPieces on mem, Pebble and redis://
 // devices.
 func TestSwappedPieces(t *testing.T) {
-	for _, kind := range deviceKinds {
-		t.Run(kind, func(t *testing.T) {
-			checkSwappedPieces(t, createOn(t, devicesOf(t, kind, 6)))
-		})
-	}
-}
-
-// deviceKinds are the kinds of devices devicesOf makes.
-var deviceKinds = []string{"mem", "pebble", "redis"}
-
-// devicesOf returns n new devices of a kind: "mem" (values up to 16 KiB),
-// "pebble" (in a temporary directory) or "redis" (redis-server processes;
-// the test is skipped without redis-server).
-func devicesOf(t *testing.T, kind string, n int) []device.Device {
-	t.Helper()
-	devs := make([]device.Device, n)
-	switch kind {
-	case "mem":
-		for i := range devs {
-			devs[i] = mem.New(mem.WithName(fmt.Sprintf("mem:dev%d", i)), mem.WithLimits(device.Limits{MaxValueLen: 16 << 10}))
-		}
-	case "pebble":
+	t.Run("mem", func(t *testing.T) {
+		r := newRigLimits(t, 6, device.Limits{MaxValueLen: 16 << 10}, everyMechanism())
+		checkSwappedPieces(t, r.a)
+	})
+	t.Run("pebble", func(t *testing.T) {
 		dir := t.TempDir()
+		devs := make([]device.Device, 6)
 		for i := range devs {
 			d, err := pebble.Open(filepath.Join(dir, fmt.Sprint(i)), pebble.WithCreate(true))
 			if err != nil {
@@ -135,26 +118,27 @@ func devicesOf(t *testing.T, kind string, n int) []device.Device {
 			}
 			devs[i] = d
 		}
-	case "redis":
+		checkSwappedPieces(t, createOn(t, devs))
+	})
+	t.Run("redis", func(t *testing.T) {
 		redistest.Need(t, "redis-server")
-		for i, srv := range redistest.StartN(t, n) {
+		devs := make([]device.Device, 6)
+		for i, srv := range redistest.StartN(t, 6) {
 			d, err := redis.Open(ctx, srv.URL(0), redis.WithTimeout(5*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
 			devs[i] = d
 		}
-	default:
-		t.Fatalf("no device kind %q", kind)
-	}
-	return devs
+		checkSwappedPieces(t, createOn(t, devs))
+	})
 }
 
-// createOn creates an array of every mechanism on devs (with opts),
-// closed at the test's end.
-func createOn(t *testing.T, devs []device.Device, opts ...Option) *Array {
+// createOn creates an array of every mechanism on devs, closed at the
+// test's end.
+func createOn(t *testing.T, devs []device.Device) *Array {
 	t.Helper()
-	a, err := Create(ctx, devs, append([]Option{everyMechanism()}, opts...)...)
+	a, err := Create(ctx, devs, everyMechanism())
 	if err != nil {
 		t.Fatal(err)
 	}

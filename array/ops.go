@@ -179,22 +179,16 @@ func (a *Array) locateFrom(ctx context.Context, k mechanism.Key, have []mechanis
 	// store that failed after partly landing) says nothing of where the
 	// wanted version is: ask the other devices as for a lost piece.
 	otherVersion := p.OK() && k.Want != 0 && p.Value.Version != k.Want
-	// A repair does not take the primary's word: a device that lost an
-	// acknowledged write or a piece (an older copy put back under the
-	// key, a piece deleted) answers with a valid old piece or a
-	// not-found, and only the other pieces tell.
-	doubt := thorough(ctx) && k.Want == 0 && (p.OK() || errors.Is(p.Err, device.ErrNotFound))
-	if otherVersion || doubt {
+	if otherVersion {
 		have = a.readNeighbours(ctx, k, have)
 	}
 	if !p.OK() {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		// A not-found is an answer to trust (a device that may have
-		// missed the key answers mechanism.ErrStale instead), unless a
-		// repair finds the value elsewhere.
-		if errors.Is(p.Err, device.ErrNotFound) && !(doubt && a.heldElsewhere(ctx, k, have)) {
+		// A not-found is an answer to trust: a device that may have
+		// missed the key answers mechanism.ErrStale instead.
+		if errors.Is(p.Err, device.ErrNotFound) {
 			if k.Want != 0 {
 				// A split of a value whose split 0 was read: missing is
 				// lost, not absent.
@@ -208,9 +202,7 @@ func (a *Array) locateFrom(ctx context.Context, k mechanism.Key, have []mechanis
 		// The primary cannot tell (failed, corrupt, stale, or being
 		// rebuilt): ask the devices that can hold pieces under the data
 		// key too, and trust the newest.
-		if !doubt {
-			have = a.readNeighbours(ctx, k, have)
-		}
+		have = a.readNeighbours(ctx, k, have)
 	}
 	newest := func() int {
 		best := -1
@@ -231,7 +223,7 @@ func (a *Array) locateFrom(ctx context.Context, k mechanism.Key, have []mechanis
 		have = slices.DeleteFunc(have, func(q mechanism.Piece) bool { return q.OK() && q.Value.Version == v })
 		best = newest()
 	}
-	if best != 0 && !(best > 0 && k.Want != 0) || doubt {
+	if best != 0 && !(best > 0 && k.Want != 0) {
 		// The primary cannot answer for itself: a piece on a neighbour
 		// may be a copy that an interrupted change of mechanism left
 		// behind, older than a member its set knows of. The newest wins.
@@ -285,70 +277,6 @@ func (a *Array) locateFrom(ctx context.Context, k mechanism.Key, have []mechanis
 		l.have = slices.DeleteFunc(have, func(p mechanism.Piece) bool { return p.Bank })
 	}
 	return l, nil
-}
-
-// heldElsewhere reports whether, past the primary's not-found, a device
-// holds a good piece of split k where its mechanism puts one (have: what
-// readNeighbours read; a piece past its mechanism's width, or under the
-// bank key of one that does not bank, belongs to no value: an orphan), or
-// a mechanism keeping its values elsewhere (Packing's sets) knows it.
-func (a *Array) heldElsewhere(ctx context.Context, k mechanism.Key, have []mechanism.Piece) bool {
-	span := a.env.Span(k, 0, min(a.maxWidth, a.env.N()))
-	for i := 1; i < len(have); i++ {
-		p := &have[i]
-		m, ok := a.byRM[p.Value.RM]
-		if !p.OK() || !ok {
-			continue
-		}
-		if _, banks := m.(outOfPlace); p.Bank && !banks {
-			continue
-		}
-		if off := slices.Index(span, p.Dev); off >= 0 && off < m.Width() {
-			return true
-		}
-	}
-	for _, m := range a.mechs {
-		if lc, ok := m.(locator); ok {
-			if _, found, err := lc.Locate(ctx, k); err == nil && found {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// thoroughKey marks a context whose locates doubt the primary (repair).
-type thoroughKey struct{}
-
-// withThorough returns ctx under which locate reads every device that can
-// hold a piece of split 0, and asks the mechanisms that keep values
-// elsewhere, even when the primary answers.
-func withThorough(ctx context.Context) context.Context {
-	return context.WithValue(ctx, thoroughKey{}, true)
-}
-
-func thorough(ctx context.Context) bool { return ctx.Value(thoroughKey{}) != nil }
-
-// doubting returns the context of a repair of key. A newer piece past
-// the primary than the primary's own (or a listing in a Packing set,
-// beside a primary that holds none) is what a store cut short left, never
-// acknowledged, or an acknowledged write the primary lost (a device that
-// lies); the two look alike. Only after a crash (until the scrub that
-// follows) or a failed write of the key (until it is settled) can a store
-// of it have been cut short (mustSettle): the repair then keeps what
-// reads return, the primary's, as a client that read it may act on it
-// (TestRepairKeepsWhatReadsReturn). Otherwise the repair doubts the
-// primary (withThorough) and takes the newest. A caller that knows key's
-// last write was acknowledged (the metadata cache's version, newer than
-// the primary's) passes ctx withThorough already.
-func (a *Array) doubting(ctx context.Context, key []byte) context.Context {
-	sure := thorough(ctx)
-	if !sure && !a.mustSettle(key) {
-		ctx = withThorough(ctx)
-	}
-	return mechanism.WithCutShort(ctx, func(k []byte) bool {
-		return !(sure && bytes.Equal(k, key)) && a.mustSettle(k)
-	})
 }
 
 // unacknowledgedMiss reports whether the primary's record of a missed
@@ -995,7 +923,6 @@ func (a *Array) retrieveValue(ctx context.Context, key []byte) ([]byte, error) {
 	// The metadata cache knows exactly whether key has a value of its own
 	// pieces, as it knows what a store replaces (see metaCache), and
 	// keeps some values whole.
-	var known uint64 // the version the cache knows key's value by
 	if e, v, ok := a.meta.lookup(key, true); ok {
 		switch {
 		case e.m == nil:
@@ -1003,21 +930,10 @@ func (a *Array) retrieveValue(ctx context.Context, key []byte) ([]byte, error) {
 		case v != nil:
 			return v, nil
 		}
-		known = e.hdr.Version
 	}
 	a.meta.missed()
 	k0 := a.key(key, 0)
 	l, err := a.locate(ctx, k0)
-	if known != 0 && (errors.Is(err, ErrNotFound) || err == nil && l.header().Version < known) {
-		// The primary answers for an older value, or none, than this
-		// array last gave the key: it lost an acknowledged write (a
-		// device that lies). The repair reads every piece and writes the
-		// newest back; the read then finds it.
-		if _, rerr := a.repair(withThorough(ctx), key); rerr != nil {
-			return nil, fmt.Errorf("the primary device %d answers for an older value than the last stored, and its repair failed: %w", k0.Primary, rerr)
-		}
-		l, err = a.locate(ctx, k0)
-	}
 	a.noted(key, l, err)
 	if err != nil {
 		return nil, err
@@ -1535,7 +1451,6 @@ func (a *Array) repair(ctx context.Context, key []byte) (int, error) {
 // repairSized is repair, also returning the size of the value repaired.
 func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error) {
 	var size int64
-	ctx = a.doubting(ctx, key)
 	l, err := a.locate(ctx, a.key(key, 0))
 	switch {
 	case err == nil:

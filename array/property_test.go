@@ -25,8 +25,7 @@ import (
 // The property test runs random sequences of store, update, delete,
 // retrieve, asynchronous bursts, device failure, recovery, replacement, a
 // device turning slow and fast again (a configuration without Hashing), a
-// device lying (a key's piece replaced by another key's, or by an older
-// piece of its own past the primary),
+// device lying (a key's piece replaced by another key's),
 // one-off injected faults, restarts, heal and scrub against a model map,
 // and checks that the array never returns wrong bytes, never loses an
 // acknowledged value that its mechanisms can protect, acknowledges every
@@ -352,9 +351,6 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 	}
 
 	lastHolders := map[string]string{}
-	// older: per key, the raw split-0 pieces each device held before its
-	// last acknowledged store (older versions of the key's own).
-	older := map[string]map[int][]byte{}
 	for step := 0; step < steps; step++ {
 		if os.Getenv("TRACE_HOLDERS") != "" {
 			for _, k := range keyNames {
@@ -405,21 +401,7 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 		switch op := rng.IntN(100); {
 		case op < 31: // store or update
 			v, rm, opts := pickStore()
-			// The pieces of split 0 before the store: once it is
-			// acknowledged, older pieces of the key, for a device to lie
-			// with.
-			ik := format.Key([]byte(key), 0, format.KindData)
-			before := map[int][]byte{}
-			for d, mm := range r.mems {
-				if b, err := mm.Retrieve(ctx, ik); err == nil {
-					before[d] = b
-				}
-			}
-			err := r.a.Store(ctx, []byte(key), v, opts...)
-			stored(key, v, rm, err)
-			if err == nil {
-				older[key] = before
-			}
+			stored(key, v, rm, r.a.Store(ctx, []byte(key), v, opts...))
 		case op < 36: // a range write (SETRANGE): it reads what it edits
 			mk := m.keys[key]
 			if mk != nil && (mk.lost || len(mk.vals) > 4) {
@@ -505,32 +487,19 @@ func runProperty(t *testing.T, pc propertyConfig, steps int) {
 			if m.keys[key] == nil || r.mems[d].Failed() {
 				break // an absent key's leftover piece, lied about, reads as lost
 			}
-			cur, err := r.mems[d].Retrieve(ctx, ik)
-			if err != nil {
+			if _, err := r.mems[d].Retrieve(ctx, ik); err != nil {
 				break
 			}
-			// An older piece of the key's own (a write the device lost),
-			// on a device past the primary: a read trusts the primary,
-			// which here still holds the value, and a repair must take
-			// the newest piece (docs/ARCHITECTURE.md, keyed pieces). Or
-			// another key's piece (a misdirected write), anywhere.
-			if b, ok := older[key][d]; ok && d != r.a.primary([]byte(key), 0) && !bytes.Equal(b, cur) && rng.IntN(2) == 0 {
-				if err := r.mems[d].Store(ctx, ik, b); err != nil {
-					t.Fatal(err)
-				}
-				logf(key, "step %d: device %d holds an older piece of the key in its place", step, d)
-			} else {
-				other := keyNames[rng.IntN(len(keyNames))]
-				ok := format.Key([]byte(other), 0, format.KindData)
-				b, err := r.mems[d].Retrieve(ctx, ok)
-				if other == key || err != nil {
-					break
-				}
-				if err := r.mems[d].Store(ctx, ik, b); err != nil {
-					t.Fatal(err)
-				}
-				logf(key, "step %d: device %d holds %s's piece in its place", step, d, other)
+			other := keyNames[rng.IntN(len(keyNames))]
+			ok := format.Key([]byte(other), 0, format.KindData)
+			b, err := r.mems[d].Retrieve(ctx, ok)
+			if other == key || err != nil {
+				break
 			}
+			if err := r.mems[d].Store(ctx, ik, b); err != nil {
+				t.Fatal(err)
+			}
+			logf(key, "step %d: device %d holds %s's piece in its place", step, d, other)
 			mk := m.keys[key]
 			// The lie destroys d's piece as a replace would: if the
 			// devices already impaired leave it nothing to spare, the

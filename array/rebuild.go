@@ -39,35 +39,9 @@ type rebuildKeyedMechanism interface {
 }
 
 // keyRepairer is implemented by mechanisms that can repair one of their
-// own internal keys that is not a data key (Packing's parities). lost
-// names user keys whose values it found lost where only their own repair
-// (under the key's lock) may restore them: a set's member whose piece a
-// device deleted leaves no data key for a scan to find.
+// own internal keys that is not a data key (Packing's parities).
 type keyRepairer interface {
-	RepairKey(ctx context.Context, internal []byte) (handled bool, lost [][]byte, err error)
-}
-
-// repairInternal repairs an internal key that is not a data key, and the
-// values its mechanism found lost there; n counts the repairs made (or,
-// in a dry run, needed).
-func (a *Array) repairInternal(ctx context.Context, internal []byte) (m mechanism.Mechanism, n int, err error) {
-	for _, m := range a.mechs {
-		kr, ok := m.(keyRepairer)
-		if !ok {
-			continue
-		}
-		handled, lost, err := kr.RepairKey(ctx, internal)
-		if !handled {
-			continue
-		}
-		for _, key := range lost {
-			w, rerr := a.Repair(ctx, key)
-			n += w
-			err = errors.Join(err, rerr)
-		}
-		return m, n, err
-	}
-	return nil, 0, nil
+	RepairKey(ctx context.Context, internal []byte) (bool, error)
 }
 
 // Progress is reported during Rebuild and Resync.
@@ -921,8 +895,12 @@ func (a *Array) healOne(ctx context.Context, it healItem) (int, int64, error) {
 			return 0, 0, err
 		}
 		if !format.HoldsPiece(kind) {
-			if m, n, err := a.repairInternal(ctx, it.internal); m != nil {
-				return 1 + n, 0, err
+			for _, m := range a.mechs {
+				if kr, ok := m.(keyRepairer); ok {
+					if handled, err := kr.RepairKey(ctx, it.internal); handled {
+						return 1, 0, err
+					}
+				}
 			}
 			return 0, 0, nil
 		}

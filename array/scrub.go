@@ -330,19 +330,17 @@ func (a *Array) scrubOne(ctx context.Context, it healItem, repair bool) (string,
 		return int64(dr.Writes())
 	}
 	if it.user == nil {
-		if m, n, err := a.repairInternal(mechanism.WithCutShort(rctx, a.mustSettle), it.internal); m != nil {
-			return m.Name(), count(n), 0, err
+		for _, m := range a.mechs {
+			if kr, ok := m.(keyRepairer); ok {
+				if handled, err := kr.RepairKey(rctx, it.internal); handled {
+					return m.Name(), count(0), 0, err
+				}
+			}
 		}
 		return "", 0, 0, nil
 	}
 	name := ""
-	l, err := a.locate(ctx, a.key(it.user, 0))
-	if errors.Is(err, ErrNotFound) {
-		// The primary's not-found may be a lost piece (if the repair
-		// doubts it): found elsewhere, the value is counted as its own.
-		l, err = a.locate(a.doubting(ctx, it.user), a.key(it.user, 0))
-	}
-	if err == nil {
+	if l, err := a.locate(ctx, a.key(it.user, 0)); err == nil {
 		name = l.m.Name()
 	}
 	n, err := a.Repair(withHeld(rctx, it.held), it.user)

@@ -363,27 +363,6 @@ func Settling(ctx context.Context) bool {
 	return ok
 }
 
-type cutShortKey struct{}
-
-// WithCutShort returns a context for a repair that knows which keys may
-// hold what a write cut short left (its pieces past the primary, a
-// Packing set's listing, landed before the primary's piece): cut reports
-// whether a write of key may have been, and not been settled since (the
-// array knows: only after a crash, until the scrub that follows, or after
-// a write of key failed). For every other key, a newer piece or listing
-// past the primary than the primary's own is an acknowledged write the
-// primary lost (a device that lies), and the repair takes it.
-func WithCutShort(ctx context.Context, cut func(key []byte) bool) context.Context {
-	return context.WithValue(ctx, cutShortKey{}, cut)
-}
-
-// CutShort reports whether, under ctx, a write of key may have been cut
-// short (see WithCutShort): true unless the context knows otherwise.
-func CutShort(ctx context.Context, key []byte) bool {
-	cut, ok := ctx.Value(cutShortKey{}).(func([]byte) bool)
-	return !ok || cut(key)
-}
-
 type committedKey struct{}
 
 // WithCommitted returns a context for reads of a split whose wanted write

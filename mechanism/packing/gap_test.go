@@ -64,7 +64,7 @@ func TestGapRepairedFromMembers(t *testing.T) {
 			t.Fatalf("parity on device %d reads %v, %v; want a log gap", p.Dev, p.ok, p.Err)
 		}
 	}
-	if _, _, err := m.RepairKey(ctx, setKey(f.set)); err != nil {
+	if _, err := m.RepairKey(ctx, setKey(f.set)); err != nil {
 		t.Fatalf("repair of the set: %v", err)
 	}
 	for _, p := range m.readParities(ctx, f.geometry) {

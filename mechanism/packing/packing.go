@@ -642,11 +642,6 @@ type setState struct {
 	// primary holds a newer piece of it, or none at all): the set must
 	// retire the member, never write its old bytes back.
 	superseded []bool
-	// lost, per data shard: a current member whose primary answered that
-	// it holds no piece of the key: only the key's own repair, which
-	// holds the key, may write it back, and a scan finds no data key of
-	// it to start one (RepairKey).
-	lost []bool
 }
 
 // loadSet reads the parities and the members of set g and reconstructs
@@ -705,7 +700,7 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member, le
 	st.shards = make([][]byte, k+st.g.r)
 	st.bad = make([]bool, k+st.g.r)
 	st.logged = make([]bool, st.g.r)
-	st.superseded, st.lost = make([]bool, k), make([]bool, k)
+	st.superseded = make([]bool, k)
 	var why []error
 	for j := range pars {
 		// A parity of the newest version counts only with the same
@@ -737,8 +732,7 @@ func (m *Mechanism) loadSet(ctx context.Context, g geometry, roster []member, le
 			st.bad[mb.slot] = known[mb.slot]
 		} else {
 			st.bad[mb.slot] = true
-			st.superseded[mb.slot] = m.supersedes(ctx, &ops[i], st.g.set, &mb)
-			st.lost[mb.slot] = !st.superseded[mb.slot] && errors.Is(ops[i].Err, device.ErrNotFound)
+			st.superseded[mb.slot] = m.supersedes(&ops[i], st.g.set, &mb)
 			why = append(why, fmt.Errorf("member %q on device %d (version %d listed): %v", mb.key, mb.dev, mb.version, ops[i].Err))
 		}
 	}
@@ -835,7 +829,7 @@ func (m *Mechanism) fromRoster(ctx context.Context, g geometry, roster []member)
 	}
 	m.env.Do(ctx, ops)
 	st := &setState{g: g, f: parityFields{geometry: g}, version: m.ids.Next(),
-		shards: m.newShards(g.shardSize), bad: make([]bool, g.k+g.r), logged: make([]bool, g.r), superseded: make([]bool, g.k), lost: make([]bool, g.k)}
+		shards: m.newShards(g.shardSize), bad: make([]bool, g.k+g.r), logged: make([]bool, g.r), superseded: make([]bool, g.k)}
 	for i, mb := range roster {
 		if ops[i].Err != nil && !errors.Is(ops[i].Err, device.ErrNotFound) {
 			// It may still be a member: without parity, its loss is final.
@@ -900,33 +894,25 @@ func memberPiece(op *mechanism.Op, id uint64, mb *member) (format.Value, bool) {
 // that the listing never became the key's value:
 //
 //   - the primary holds a verified piece of a version at least mb's that
-//     is not mb (another mechanism's, another set's);
-//   - or, where a write of the key may have been cut short
-//     (mechanism.CutShort), the primary, answering as a healthy device
-//     that missed no write of the key, holds nothing (the key was
-//     deleted) or an older piece that is not this set's (another
-//     mechanism's, another set's). A store is acknowledged only once its
-//     member landed on the primary or the primary's miss is recorded, so
-//     mb's write was never acknowledged: a crash or a failure cut it
-//     after its parities landed. A read returns the primary's piece; the
-//     set must not keep a listing that a later read through the sets (the
-//     primary lost) would take for the newest value, and find
-//     unrecoverable.
-//
-// Where no write of the key can have been cut short, the primary that
-// answers so lost an acknowledged write (a device that lies: a piece
-// deleted, an older copy put back): the member is lost, and
-// reconstructed (issue 40).
+//     is not mb (another mechanism's, another set's), or, answering as a
+//     healthy device, nothing (the key was deleted);
+//   - or, answering as a healthy device that missed no write of the key,
+//     an older piece that is not this set's (another mechanism's, another
+//     set's). A store is acknowledged only once its member landed on the
+//     primary or the primary's miss is recorded, so mb's write was never
+//     acknowledged: a crash or a failure cut it after its parities
+//     landed. A read returns the primary's piece; the set must not keep a
+//     listing that a later read through the sets (the primary lost) would
+//     take for the newest value, and find unrecoverable.
 //
 // A device that cannot answer, a stale or corrupt piece, or an older one
 // of this set (an in-place update cut short, which the key's own repair
 // settles) proves nothing: the member may still be current. The set's
 // lock keeps a write in flight from being seen here half landed.
-func (m *Mechanism) supersedes(ctx context.Context, op *mechanism.Op, id uint64, mb *member) bool {
+func (m *Mechanism) supersedes(op *mechanism.Op, id uint64, mb *member) bool {
 	healthy := m.env.State(op.Dev) == mechanism.Healthy
-	cut := mechanism.CutShort(ctx, mb.key)
 	if errors.Is(op.Err, device.ErrNotFound) {
-		return healthy && cut
+		return healthy
 	}
 	if op.Err != nil {
 		return false
@@ -937,7 +923,7 @@ func (m *Mechanism) supersedes(ctx context.Context, op *mechanism.Op, id uint64,
 		return false
 	case v.Version >= mb.version:
 		return true
-	case !healthy || !cut:
+	case !healthy:
 		return false
 	case v.RM == format.RMPacking:
 		f, err := decodeMember(v.Fields)
@@ -2077,17 +2063,14 @@ func (m *Mechanism) Members(ctx context.Context, dev int, prefix []byte) ([][]by
 	return out, nil
 }
 
-// RepairKey repairs the set whose parity has internal key key: its
-// parities are reconstructed and the bad ones rewritten, or, when the set
-// no longer exists, the leftover parity is deleted. lost names the keys
-// of members it found lost while their primary answers that it holds no
-// piece of them (deleted by a device that lies): the caller repairs
-// those keys, under their locks. It reports false for keys that are not
-// packing parities.
-func (m *Mechanism) RepairKey(ctx context.Context, key []byte) (handled bool, lost [][]byte, err error) {
+// RepairKey repairs the set whose parity has internal key key: its pieces
+// are reconstructed and the bad ones rewritten, or, when the set no longer
+// exists, the leftover parity is deleted. It reports false for keys that
+// are not packing parities.
+func (m *Mechanism) RepairKey(ctx context.Context, key []byte) (bool, error) {
 	u, _, kind, err := format.ParseKey(key)
 	if err != nil || kind != kindParity || len(u) != len(setKeyPrefix)+8 || !slices.Equal(u[:len(setKeyPrefix)], setKeyPrefix) {
-		return false, nil, nil
+		return false, nil
 	}
 	id := binary.BigEndian.Uint64(u[len(setKeyPrefix):])
 	// Locked before anything is read: a set being written (writeSet holds
@@ -2095,7 +2078,7 @@ func (m *Mechanism) RepairKey(ctx context.Context, key []byte) (handled bool, lo
 	// landed.
 	tk, err := m.sets.Lock(ctx, setLockKey(id))
 	if err != nil {
-		return true, nil, err
+		return true, err
 	}
 	defer tk.Release()
 	// Find the set's geometry from any of its parities that reads well;
@@ -2155,7 +2138,7 @@ func (m *Mechanism) RepairKey(ctx context.Context, key []byte) (handled bool, lo
 		// the only record that this device misses one. Wait for it.
 		for d := 0; d < m.env.N(); d++ {
 			if m.env.State(d) == mechanism.Failed {
-				return true, nil, fmt.Errorf("packing: repair set %x: no parity of it is readable while device %d is down: %w", id, d, device.ErrDeviceFailed)
+				return true, fmt.Errorf("packing: repair set %x: no parity of it is readable while device %d is down: %w", id, d, device.ErrDeviceFailed)
 			}
 		}
 	}
@@ -2169,17 +2152,12 @@ func (m *Mechanism) RepairKey(ctx context.Context, key []byte) (handled bool, lo
 			}
 		}
 		m.env.Do(ctx, ops)
-		return true, nil, mechanism.Quorum(ops, 0)
+		return true, mechanism.Quorum(ops, 0)
 	}
 	st, err := m.loadSet(ctx, *g, roster, nil)
 	if err != nil {
-		return true, nil, err
+		return true, err
 	}
 	_, err = m.rewriteBad(ctx, st, nil)
-	for _, mb := range st.f.members {
-		if st.lost[mb.slot] && !slices.ContainsFunc(lost, func(k []byte) bool { return bytes.Equal(k, mb.key) }) {
-			lost = append(lost, mb.key)
-		}
-	}
-	return true, lost, err
+	return true, err
 }

@@ -107,7 +107,7 @@ func (m *Mechanism) Retrieve(ctx context.Context, k mechanism.Key, have []mechan
 	if p := &have[0]; m.primaryGood(k, p) {
 		return p.Value.Payload, p.Value.Header, nil
 	}
-	best, _, err := m.heal(ctx, k, have, 0)
+	best, _, err := m.heal(ctx, k, have)
 	if err != nil {
 		return nil, format.Header{}, err
 	}
@@ -127,17 +127,10 @@ func (m *Mechanism) primaryGood(k mechanism.Key, p *mechanism.Piece) bool {
 }
 
 // heal reads all copies of k (reusing have), picks the primary's when it is
-// good (what a read returns) and no newer than want, and the newest good
-// one otherwise, and rewrites the others. Rewrites that fail are not
-// errors: the value is still returned, and the copy stays for a later
-// repair.
-//
-// want is the version the array located the value by. It reads every
-// copy only where no store of the key can have been cut short
-// (array.doubting): a newer version there than the primary's good copy
-// is an acknowledged write the primary lost (an older copy put back under
-// the key, by a device that lies), and the newest copy wins.
-func (m *Mechanism) heal(ctx context.Context, k mechanism.Key, have []mechanism.Piece, want uint64) (*mechanism.Piece, int, error) {
+// good (what a read returns) and the newest good one otherwise, and
+// rewrites the others. Rewrites that fail are not errors: the value is
+// still returned, and the copy stays for a later repair.
+func (m *Mechanism) heal(ctx context.Context, k mechanism.Key, have []mechanism.Piece) (*mechanism.Piece, int, error) {
 	n := m.n
 	for i := range have {
 		if have[i].OK() && m.mine(&have[i].Value.Header) {
@@ -146,17 +139,16 @@ func (m *Mechanism) heal(ctx context.Context, k mechanism.Key, have []mechanism.
 	}
 	pieces := m.env.ReadSpan(ctx, k, 0, n, have)
 	var v uint64
-	if p := &pieces[0]; !m.primaryGood(k, p) || want > p.Value.Version {
+	if p := &pieces[0]; !m.primaryGood(k, p) {
 		v = mechanism.Newest(k, pieces, m.mine)
 	} else {
 		// The primary's good copy is what a read returns (the array
-		// locates a value by its primary). Unless want says otherwise,
-		// a newer copy past it is of a store that never reached the
-		// primary, so never acknowledged: a store is acknowledged once
-		// each copy landed or its miss is on record, and a recorded miss
-		// hides the primary's copy as stale. The repair keeps what reads
-		// return, so that a value read after a crash does not change
-		// later without a write.
+		// locates a value by its primary). A newer copy past it is of a
+		// store that never reached the primary, so never acknowledged:
+		// a store is acknowledged once each copy landed or its miss is
+		// on record, and a recorded miss hides the primary's copy as
+		// stale. The repair keeps what reads return, so that a value
+		// read after a crash does not change later without a write.
 		v = p.Value.Version
 	}
 	if v == 0 {
@@ -246,10 +238,6 @@ func (m *Mechanism) Release(ctx context.Context, k mechanism.Key, prev *mechanis
 // the other devices, still current): only the devices of the span that
 // have gives no piece for are read.
 func (m *Mechanism) RepairWith(ctx context.Context, k mechanism.Key, hint *format.Header, have []mechanism.Piece) (int, error) {
-	var want uint64
-	if hint != nil {
-		want = hint.Version
-	}
-	_, n, err := m.heal(ctx, k, have, want)
+	_, n, err := m.heal(ctx, k, have)
 	return n, err
 }
