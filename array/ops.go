@@ -569,9 +569,10 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 		}
 	}
 	var prev *located
+	unread := false // a previous value may exist, but could not be read
 	if a.readsBeforeWrite(m, c, n) {
 		var err error
-		if prev, err = a.previous(ctx, key, m); err != nil {
+		if prev, unread, err = a.previous(ctx, key, m); err != nil {
 			return err
 		}
 	}
@@ -586,7 +587,7 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 			}
 			// Nothing readable to update, as for previous: what is left
 			// of it is swept as orphans.
-			prev = nil
+			prev, unread = nil, true
 		}
 	}
 	if prev != nil {
@@ -756,6 +757,9 @@ func (a *Array) storeValue(ctx context.Context, key, value []byte, m mechanism.M
 		}
 		written = &format.Header{RM: m.RM(), Splits: obj.Splits, SplitLen: uint32(hi), ObjectLen: obj.ObjectLen, Version: obj.Version}
 	}
+	if err == nil && unread {
+		return a.releaseUnread(ctx, a.splitKey(key, 0, obj.Version), m, obj.Version)
+	}
 	if err != nil || prev == nil {
 		return err
 	}
@@ -808,21 +812,52 @@ func needsPayload(m mechanism.Mechanism) bool {
 // cache when it knows the key has no value, or knows its value and neither
 // m nor the value's mechanism needs the previous payload; else by
 // locating it (one read of the primary).
-// nil: nothing readable to update.
-func (a *Array) previous(ctx context.Context, key []byte, m mechanism.Mechanism) (*located, error) {
+// nil: nothing readable to update; unread then reports that a value may
+// still have pieces there (the devices could not say: see releaseUnread).
+func (a *Array) previous(ctx context.Context, key []byte, m mechanism.Mechanism) (l *located, unread bool, err error) {
 	if l, known := a.cached(key, needsPayload(m)); known {
-		return l, nil
+		return l, false, nil
 	}
-	l, err := a.locate(ctx, a.key(key, 0))
+	l, err = a.locate(ctx, a.key(key, 0))
 	switch {
 	case err == nil:
-		return l, nil
-	case errors.Is(err, ErrNotFound), errors.Is(err, ErrUnavailable), errors.Is(err, ErrDataLoss):
+		return l, false, nil
+	case errors.Is(err, ErrNotFound):
+		return nil, false, nil
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrDataLoss):
 		// Nothing readable to update: the store replaces whatever is
 		// there, and fails if the devices it needs do not answer.
-		return nil, nil
+		return nil, true, nil
 	}
-	return nil, fmt.Errorf("read previous value: %w", err)
+	return nil, false, fmt.Errorf("read previous value: %w", err)
+}
+
+// releaseUnread deletes, after a store by m of version whose previous
+// value could not be read, what the devices past m's pieces may hold of
+// that value under split 0's keys (k): a read that finds the primary lost, or a
+// rebuild of the primary, would take such a copy for the key's value (a
+// rebuild restored one over the new piece). A device that cannot take
+// the delete (failed) has it recorded, so that its resync deletes the
+// piece before it serves again. The delete fails only when such a
+// record cannot be written: the store then fails too, its value in
+// place (a failed store may have taken effect).
+func (a *Array) releaseUnread(ctx context.Context, k mechanism.Key, m mechanism.Mechanism, version uint64) error {
+	// The new value's pieces past the primary: under the data key, or
+	// under the bank key when its version banks them.
+	dataFrom, bankFrom := m.Width(), 1
+	if banksPastPrimary(m, version) {
+		dataFrom, bankFrom = 1, m.Width()
+	}
+	var errs []error
+	for _, t := range a.sweepTargets(k, dataFrom, bankFrom) {
+		if len(t.devs) > 0 {
+			errs = append(errs, a.env.Delete(ctx, t.key, t.devs, len(t.devs)))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("release what the unread previous value left: %w", err)
+	}
+	return nil
 }
 
 // markFlag records an array-wide flag in the array header (flagMixed: a
@@ -1477,14 +1512,7 @@ func (a *Array) repairSized(ctx context.Context, key []byte) (int, int64, error)
 			if err != nil {
 				return n, err
 			}
-			// Past the mechanism's width, no piece under the data key
-			// belongs to this value, nor any under the bank key unless
-			// its mechanism banks (and then it repaired that itself).
-			bankFrom := 1
-			if _, ok := l.m.(outOfPlace); ok {
-				bankFrom = l.m.Width()
-			}
-			swept, err := a.sweep(ctx, k, l.m.Width(), bankFrom)
+			swept, err := a.sweep(ctx, k, l.m.Width(), bankedFrom(l.m))
 			n += swept
 			if err == nil && y != nil && y.manifest && s > 0 && !scanned {
 				// Nothing in the bank split 0 does not name for it.
@@ -1592,6 +1620,31 @@ func (a *Array) sweepHeld(ctx context.Context, key []byte, y *layout) (int, erro
 	return total, nil
 }
 
+// sweepTarget is an internal key and the devices a sweep looks at for it.
+type sweepTarget struct {
+	key  []byte
+	devs []int
+}
+
+// sweepTargets returns where a sweep of k looks: the devices at offsets
+// from to the widest mechanism's under the data key, and from bankFrom
+// (at least 1: the primary holds no piece under the bank key) under the
+// bank key.
+func (a *Array) sweepTargets(k mechanism.Key, from, bankFrom int) []sweepTarget {
+	w := min(a.maxWidth, a.env.N())
+	return []sweepTarget{{k.Data(), a.env.Span(k, from, w)}, {k.Bank(), a.env.Span(k, max(bankFrom, 1), w)}}
+}
+
+// bankedFrom is the offset past which no piece under the bank key
+// belongs to a value of m (past m's width under the data key, none does):
+// m's width if m banks, else 1.
+func bankedFrom(m mechanism.Mechanism) int {
+	if _, ok := m.(outOfPlace); ok {
+		return m.Width()
+	}
+	return 1
+}
+
 // sweepIfLeftover sweeps the pieces of the given internal split number of
 // key unless it belongs to the key's current value. It runs under key's
 // lock.
@@ -1620,12 +1673,7 @@ func (a *Array) sweepIfLeftover(ctx context.Context, key []byte, split int) (int
 // there were. Under a scrub (withHeld) its scan says which devices hold
 // them; otherwise each device is asked.
 func (a *Array) sweep(ctx context.Context, k mechanism.Key, from, bankFrom int) (int, error) {
-	w := min(a.maxWidth, a.env.N())
-	type target struct {
-		key  []byte
-		devs []int
-	}
-	targets := []target{{k.Data(), a.env.Span(k, from, w)}, {k.Bank(), a.env.Span(k, max(bankFrom, 1), w)}}
+	targets := a.sweepTargets(k, from, bankFrom)
 	held, scanned := ctx.Value(heldKey{}).(map[string][]int)
 	var ops []mechanism.Op
 	if !scanned {
