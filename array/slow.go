@@ -24,8 +24,10 @@ import (
 // Invariants:
 //   - At most one device is slow, and only while every other device is
 //     healthy with nothing to resync: a slow device is one lost piece
-//     that every mechanism in use tolerates (the array does not mark
-//     devices slow when one of its mechanisms tolerates none). When
+//     that every value tolerates (the array marks no device slow once it
+//     holds, or its rules store, a value of a mechanism that tolerates
+//     none: flagUnprotected; before, a mechanism merely configured, as
+//     Hashing always is for per-call use, turned detection off). When
 //     another device fails (or is full, rebuilt or behind), the slow one
 //     is re-admitted at once: a slow piece is better than no piece.
 //   - A slow device is probed (one small read at a time) once it has been
@@ -99,16 +101,10 @@ func newSlowState(p SlowPolicy, n int) *slowState {
 		back: make([]time.Time, n), fast: make([]int, n), probing: make([]bool, n), readmits: make([]bool, n), why: make([]string, n)}
 }
 
-// startSlow starts the detector, when configured and every mechanism
-// tolerates a lost piece.
+// startSlow starts the detector, when configured.
 func (a *Array) startSlow() {
 	if a.o.slow == nil {
 		return
-	}
-	for _, m := range a.mechs {
-		if m.Tolerates() < 1 {
-			return
-		}
 	}
 	a.slow = newSlowState(*a.o.slow, a.env.N())
 	a.env.TrackLatency(true)
@@ -156,6 +152,20 @@ func (a *Array) judgeSlow() {
 		if a.env.State(i) == mechanism.Slow {
 			slow = i
 		}
+	}
+	// A value without redundancy (Hashing, one copy: the array's rules
+	// store them, or a call asked for one) has no other piece to read or
+	// write instead: skipping its device would fail it. Then no device is
+	// judged slow (flagUnprotected is set once, at the first such store).
+	a.hdrMu.Lock()
+	unprotected := a.hdr.flags&flagUnprotected != 0
+	a.hdrMu.Unlock()
+	if unprotected {
+		if slow >= 0 {
+			a.readmitSlow(slow, "the array holds a value without redundancy")
+		}
+		clear(s.strikes)
+		return
 	}
 	if slow >= 0 {
 		for j := range n {

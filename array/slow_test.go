@@ -2,6 +2,7 @@ package array
 
 import (
 	"bytes"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -94,4 +95,47 @@ func TestSlowDevice(t *testing.T) {
 	if rep.Problems() > 0 {
 		t.Fatalf("scrub after the slow device's return: %+v", rep)
 	}
+}
+
+// TestSlowWithHashingConfigured: Hashing configured but unused (as on
+// every array built from a config, for per-call stores) keeps no device
+// from being judged slow; the first value stored with it (no other piece
+// to turn to) re-admits the slow device, and none is judged slow after.
+// Every acknowledged value reads back throughout.
+func TestSlowWithHashingConfigured(t *testing.T) {
+	const slow = 4
+	delay := &faultdev.Delay{}
+	r := newRigWrapped(t, 6, device.Limits{MaxValueLen: 4 << 10}, func(i int, m *mem.Device) device.Device {
+		if i != slow {
+			return m
+		}
+		return faultdev.Wrap(m, delay)
+	}, everyMechanism(), WithDefault("replication"),
+		WithSlowDevices(SlowPolicy{Every: 10 * time.Millisecond, Floor: 20 * time.Millisecond}))
+	w := newAcked(t, r.a)
+	w.store(0, 30)
+	delay.Set(100 * time.Millisecond)
+	for round := 1; r.a.DeviceState(slow) != mechanism.Slow; round++ {
+		if round > 50 {
+			t.Fatalf("device %d, 100 ms slower than its peers, is %v after %d rounds of writes", slow, r.a.DeviceState(slow), round)
+		}
+		w.store(round, 2)
+	}
+	w.check("slow")
+	delay.Set(0)
+	// On a device the slow one is not: a Hashing value has one piece.
+	key := "unprotected"
+	for i := 0; r.a.primary([]byte(key), 0) == slow; i++ {
+		key = fmt.Sprintf("unprotected-%d", i)
+	}
+	r.mustStore(key, []byte("no redundancy"), Using("hashing"))
+	waitCaughtUp(t, r.a, slow)
+	delay.Set(100 * time.Millisecond)
+	w.store(500, 20)
+	if st := r.a.DeviceState(slow); st != mechanism.Healthy {
+		t.Fatalf("device %d is %v once the array holds a Hashing value", slow, st)
+	}
+	delay.Set(0)
+	w.check("after")
+	r.mustRead(key, []byte("no redundancy"))
 }
