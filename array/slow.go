@@ -30,6 +30,10 @@ import (
 //     Hashing always is for per-call use, turned detection off). When
 //     another device fails (or is full, rebuilt or behind), the slow one
 //     is re-admitted at once: a slow piece is better than no piece.
+//   - A device is judged only once it has been healthy for its Grace, on
+//     latencies measured since: a device just rebuilt, resynced or
+//     re-admitted is still compacting what it took in, and the batches of
+//     its rebuild (each a chunk of pieces) are not its peers' kind.
 //   - A slow device is probed (one small read at a time) once it has been
 //     slow for its hold; after slowProbes probes in a row under half the
 //     threshold it is re-admitted by a resync, which repairs every write
@@ -51,6 +55,9 @@ type SlowPolicy struct {
 	Ceiling time.Duration
 	// Every is how often latencies are judged (default 100ms).
 	Every time.Duration
+	// Grace: how long a device back to healthy (rebuilt, resynced,
+	// re-admitted) goes unjudged (default 5s).
+	Grace time.Duration
 }
 
 // WithSlowDevices turns fail-slow detection on (see SlowPolicy). A
@@ -68,6 +75,9 @@ func WithSlowDevices(p SlowPolicy) Option {
 		}
 		if p.Every <= 0 {
 			p.Every = 100 * time.Millisecond
+		}
+		if p.Grace <= 0 {
+			p.Grace = 5 * time.Second
 		}
 		o.slow = &p
 	}
@@ -94,11 +104,12 @@ type slowState struct {
 	probing  []bool
 	readmits []bool
 	why      []string
+	healthy  []time.Time // since when healthy, as last judged (zero: not healthy)
 }
 
 func newSlowState(p SlowPolicy, n int) *slowState {
 	return &slowState{p: p, strikes: make([]int, n), since: make([]time.Time, n), hold: make([]time.Duration, n),
-		back: make([]time.Time, n), fast: make([]int, n), probing: make([]bool, n), readmits: make([]bool, n), why: make([]string, n)}
+		back: make([]time.Time, n), fast: make([]int, n), probing: make([]bool, n), readmits: make([]bool, n), why: make([]string, n), healthy: make([]time.Time, n)}
 }
 
 // startSlow starts the detector, when configured.
@@ -148,10 +159,22 @@ func (a *Array) judgeSlow() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	slow := -1
+	now := time.Now()
 	for i := range n {
-		if a.env.State(i) == mechanism.Slow {
+		switch a.env.State(i) {
+		case mechanism.Slow:
 			slow = i
+		case mechanism.Healthy:
+			if s.healthy[i].IsZero() {
+				// Back from rebuilding, resync or failure: what it
+				// answered until now does not count.
+				s.healthy[i] = now
+				a.env.ResetLatency(i)
+				s.strikes[i] = 0
+			}
+			continue
 		}
+		s.healthy[i] = time.Time{}
 	}
 	// A value without redundancy (Hashing, one copy: the array's rules
 	// store them, or a call asked for one) has no other piece to read or
@@ -186,7 +209,7 @@ func (a *Array) judgeSlow() {
 	best := -1
 	for i := range n {
 		pe := peer(i)
-		if lat[i] <= s.threshold(pe) {
+		if now.Sub(s.healthy[i]) < s.p.Grace || lat[i] <= s.threshold(pe) {
 			s.strikes[i] = 0
 			continue
 		}

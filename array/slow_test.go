@@ -51,7 +51,7 @@ func TestSlowDevice(t *testing.T) {
 		}
 		return faultdev.Wrap(faultdev.Wrap(m, seen), delay)
 	}, slowMechanisms(), WithDefault("replication"),
-		WithSlowDevices(SlowPolicy{Every: 10 * time.Millisecond, Floor: 20 * time.Millisecond}))
+		WithSlowDevices(SlowPolicy{Every: 10 * time.Millisecond, Floor: 20 * time.Millisecond, Grace: 50 * time.Millisecond}))
 	w := newAcked(t, r.a)
 	store, check := w.store, w.check
 	store(0, 60)
@@ -111,7 +111,7 @@ func TestSlowWithHashingConfigured(t *testing.T) {
 		}
 		return faultdev.Wrap(m, delay)
 	}, everyMechanism(), WithDefault("replication"),
-		WithSlowDevices(SlowPolicy{Every: 10 * time.Millisecond, Floor: 20 * time.Millisecond}))
+		WithSlowDevices(SlowPolicy{Every: 10 * time.Millisecond, Floor: 20 * time.Millisecond, Grace: 50 * time.Millisecond}))
 	w := newAcked(t, r.a)
 	w.store(0, 30)
 	delay.Set(100 * time.Millisecond)
@@ -138,4 +138,44 @@ func TestSlowWithHashingConfigured(t *testing.T) {
 	delay.Set(0)
 	w.check("after")
 	r.mustRead(key, []byte("no redundancy"))
+}
+
+// TestSlowNotJudgedOnItsRebuild: what a device answered while it was not
+// healthy (here slow writes while it was being rebuilt) does not count
+// once it is: a device just rebuilt, now as fast as its peers, stays
+// healthy. Every acknowledged value reads back.
+func TestSlowNotJudgedOnItsRebuild(t *testing.T) {
+	const dev = 1
+	delay := &faultdev.Delay{}
+	r := newRigWrapped(t, 6, device.Limits{MaxValueLen: 4 << 10}, func(i int, m *mem.Device) device.Device {
+		if i != dev {
+			return m
+		}
+		return faultdev.Wrap(m, delay)
+	}, slowMechanisms(), WithDefault("replication"),
+		WithSlowDevices(SlowPolicy{Every: 10 * time.Millisecond, Floor: 20 * time.Millisecond, Grace: 50 * time.Millisecond}))
+	w := newAcked(t, r.a)
+	w.store(0, 30)
+	r.replace(dev)
+	delay.Set(60 * time.Millisecond)
+	w.store(1, 30) // each write's piece on the rebuilding device is slow
+	if p99, _, n := r.a.env.Latency(dev); n < slowSamples || p99 < 60*time.Millisecond {
+		t.Fatalf("device %d, rebuilding behind 60 ms, measured p99 %v over %d batches", dev, p99, n)
+	}
+	delay.Set(0)
+	if _, err := r.a.Rebuild(ctx, dev); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, r.a, dev)
+	// Past its grace, idle: judged on the rebuild's writes, it would be
+	// marked slow now.
+	time.Sleep(300 * time.Millisecond)
+	for round := 2; round < 12; round++ {
+		w.store(round, 30)
+		time.Sleep(20 * time.Millisecond)
+		if st := r.a.DeviceState(dev); st != mechanism.Healthy {
+			t.Fatalf("round %d: device %d, rebuilt and as fast as its peers, is %v: %s", round, dev, st, r.a.slowReason(dev))
+		}
+	}
+	w.check("after the rebuild")
 }
