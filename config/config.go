@@ -124,6 +124,8 @@ type Slow struct {
 	// Ceiling: slow past this latency whatever the ratio (while twice
 	// its peers').
 	Ceiling Duration `yaml:"ceiling,omitempty"`
+	// Grace: how long a device back to healthy goes unjudged.
+	Grace Duration `yaml:"grace,omitempty"`
 }
 
 // SetTakeover makes the array's open take it over from another owner
@@ -418,7 +420,7 @@ func (c *Config) ServeOptions() []array.Option {
 	case s == nil:
 		opts = append(opts, array.WithSlowDevices(array.SlowPolicy{}))
 	case !s.Off:
-		opts = append(opts, array.WithSlowDevices(array.SlowPolicy{Ratio: s.Ratio, Floor: time.Duration(s.Floor), Ceiling: time.Duration(s.Ceiling)}))
+		opts = append(opts, array.WithSlowDevices(array.SlowPolicy{Ratio: s.Ratio, Floor: time.Duration(s.Floor), Ceiling: time.Duration(s.Ceiling), Grace: time.Duration(s.Grace)}))
 	}
 	return opts
 }

@@ -159,8 +159,8 @@ func (c *Config) Validate() error {
 	if d.MaxValue < 0 {
 		p.add("max_value %d: must be positive", d.MaxValue)
 	}
-	if s := d.Slow; s != nil && (s.Ratio < 0 || s.Floor < 0 || s.Ceiling < 0 || (s.Ratio > 0 && s.Ratio < 1)) {
-		p.add("slow: ratio must be at least 1, floor and ceiling not negative (0 takes the default)")
+	if s := d.Slow; s != nil && (s.Ratio < 0 || s.Floor < 0 || s.Ceiling < 0 || s.Grace < 0 || (s.Ratio > 0 && s.Ratio < 1)) {
+		p.add("slow: ratio must be at least 1, floor, ceiling and grace not negative (0 takes the default)")
 	}
 	d.Serve.validate(&p)
 	if len(p) > 0 {
