@@ -443,7 +443,7 @@ func (a *Array) readPastPrimary(ctx context.Context, k mechanism.Key, have []mec
 		a.mustSettle(k.User) || !a.absentProvable() {
 		return a.readNeighbours(ctx, k, have)
 	}
-	next := append(a.env.ReadSpan(ctx, k, 1, 2, nil), a.env.ReadBankSpan(ctx, k, 1, 2, nil)...)
+	next := a.env.ReadBoth(ctx, k, 1)
 	for i := range next {
 		if !next[i].OK() && !errors.Is(next[i].Err, device.ErrNotFound) {
 			return a.readNeighbours(ctx, k, have)

@@ -669,6 +669,18 @@ func (e *Env) Read(ctx context.Context, key []byte, devs []int) []Piece {
 	return pieces
 }
 
+// ReadBoth reads and decodes the piece of k at offset off from the
+// primary under the data key and under the bank key (Piece.Bank), in one
+// batch to that device.
+func (e *Env) ReadBoth(ctx context.Context, k Key, off int) []Piece {
+	d := e.At(k, off)
+	ops := []Op{{Dev: d, Op: device.Op{Kind: device.OpRetrieve, Key: k.Data()}}, {Dev: d, Op: device.Op{Kind: device.OpRetrieve, Key: k.Bank()}}}
+	e.Do(ctx, ops)
+	pieces := []Piece{e.decode(&ops[0]), e.decode(&ops[1])}
+	pieces[1].Bank = true
+	return pieces
+}
+
 func (e *Env) decode(op *Op) Piece {
 	p := Piece{Dev: op.Dev, Err: op.Err}
 	if p.Err != nil {
