@@ -33,6 +33,24 @@ func (c *counting) MaybeError(op faultdev.Op) error {
 	return nil
 }
 
+// delayedRig is a rig of six devices, device dev behind delay (and
+// behind also, nearest the device), replication by default, whose slow
+// devices are judged on a test's scale: every 10 ms, over a floor of
+// 20 ms, 50 ms after a device turns healthy.
+func delayedRig(t *testing.T, dev int, delay *faultdev.Delay, mechs Option, also ...faultdev.Injector) *rig {
+	return newRigWrapped(t, 6, device.Limits{MaxValueLen: 4 << 10}, func(i int, m *mem.Device) device.Device {
+		if i != dev {
+			return m
+		}
+		d := device.Device(m)
+		for _, inj := range also {
+			d = faultdev.Wrap(d, inj)
+		}
+		return faultdev.Wrap(d, delay)
+	}, mechs, WithDefault("replication"),
+		WithSlowDevices(SlowPolicy{Every: 10 * time.Millisecond, Floor: 20 * time.Millisecond, Grace: 50 * time.Millisecond}))
+}
+
 // TestSlowDevice: one device of six made 200 ms slower than its peers
 // (latency injected in front of it) is judged slow from its latency
 // against theirs; while slow it is sent nothing (no operation reaches it),
@@ -45,13 +63,7 @@ func TestSlowDevice(t *testing.T) {
 	const slow = 2
 	delay := &faultdev.Delay{}
 	seen := &counting{}
-	r := newRigWrapped(t, 6, device.Limits{MaxValueLen: 4 << 10}, func(i int, m *mem.Device) device.Device {
-		if i != slow {
-			return m
-		}
-		return faultdev.Wrap(faultdev.Wrap(m, seen), delay)
-	}, slowMechanisms(), WithDefault("replication"),
-		WithSlowDevices(SlowPolicy{Every: 10 * time.Millisecond, Floor: 20 * time.Millisecond, Grace: 50 * time.Millisecond}))
+	r := delayedRig(t, slow, delay, slowMechanisms(), seen)
 	w := newAcked(t, r.a)
 	store, check := w.store, w.check
 	store(0, 60)
@@ -105,13 +117,7 @@ func TestSlowDevice(t *testing.T) {
 func TestSlowWithHashingConfigured(t *testing.T) {
 	const slow = 4
 	delay := &faultdev.Delay{}
-	r := newRigWrapped(t, 6, device.Limits{MaxValueLen: 4 << 10}, func(i int, m *mem.Device) device.Device {
-		if i != slow {
-			return m
-		}
-		return faultdev.Wrap(m, delay)
-	}, everyMechanism(), WithDefault("replication"),
-		WithSlowDevices(SlowPolicy{Every: 10 * time.Millisecond, Floor: 20 * time.Millisecond, Grace: 50 * time.Millisecond}))
+	r := delayedRig(t, slow, delay, everyMechanism())
 	w := newAcked(t, r.a)
 	w.store(0, 30)
 	delay.Set(100 * time.Millisecond)
@@ -147,13 +153,7 @@ func TestSlowWithHashingConfigured(t *testing.T) {
 func TestSlowNotJudgedOnItsRebuild(t *testing.T) {
 	const dev = 1
 	delay := &faultdev.Delay{}
-	r := newRigWrapped(t, 6, device.Limits{MaxValueLen: 4 << 10}, func(i int, m *mem.Device) device.Device {
-		if i != dev {
-			return m
-		}
-		return faultdev.Wrap(m, delay)
-	}, slowMechanisms(), WithDefault("replication"),
-		WithSlowDevices(SlowPolicy{Every: 10 * time.Millisecond, Floor: 20 * time.Millisecond, Grace: 50 * time.Millisecond}))
+	r := delayedRig(t, dev, delay, slowMechanisms())
 	w := newAcked(t, r.a)
 	w.store(0, 30)
 	r.replace(dev)
