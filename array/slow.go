@@ -112,12 +112,22 @@ func newSlowState(p SlowPolicy, n int) *slowState {
 		back: make([]time.Time, n), fast: make([]int, n), probing: make([]bool, n), readmits: make([]bool, n), why: make([]string, n), healthy: make([]time.Time, n)}
 }
 
+// longHealthy is when a device healthy at open has been healthy since:
+// its grace is for coming back, and a device that slows down in the
+// first seconds of serving is judged at once.
+var longHealthy = time.Unix(0, 1)
+
 // startSlow starts the detector, when configured.
 func (a *Array) startSlow() {
 	if a.o.slow == nil {
 		return
 	}
 	a.slow = newSlowState(*a.o.slow, a.env.N())
+	for i := range a.env.N() {
+		if a.env.State(i) == mechanism.Healthy {
+			a.slow.healthy[i] = longHealthy
+		}
+	}
 	a.env.TrackLatency(true)
 	a.every(a.slow.p.Every, a.judgeSlow)
 }

@@ -175,10 +175,10 @@ func (s *served) healthy(i int) {
 //
 //  1. a redis-server device is killed (SIGKILL) and restarted with its
 //     append-only file: it comes back having missed writes, and is resynced;
-//  2. a redis-server device hangs (SIGSTOP): its commands time out, it is
-//     marked failed and the other clients keep being served (checked: an
-//     operation invoked during the hang completes during it); it is
-//     resumed (SIGCONT) and resynced;
+//  2. a redis-server device hangs (SIGSTOP): it is judged slow (or its
+//     commands time out and it is marked failed), and the other clients
+//     keep being served (checked: an operation invoked during the hang
+//     completes during it); it is resumed (SIGCONT) and resynced;
 //  3. a redis-server device is killed and restarted empty (its files
 //     removed): it is adopted as a new device and rebuilt;
 //  4. a Pebble device's directory is removed while serving, and the
@@ -221,15 +221,15 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	s.healthy(0)
 	load(500 * time.Millisecond)
 
-	// 2. Hang: the device must time out and be failed, never stall all
-	// clients.
+	// 2. Hang: the device must be judged slow (its calls gone unanswered)
+	// or failed (their time-out), never stall all clients.
 	t.Log("freeze device 1")
 	s.redis[1].Freeze()
 	events++
 	frozenAt := rec.Now()
 	load(4 * time.Second)
-	if st := s.a.DeviceState(1); st != mechanism.Failed {
-		t.Errorf("device 1 is %v after hanging 4 s, want failed", st)
+	if st := s.a.DeviceState(1); st != mechanism.Failed && st != mechanism.Slow {
+		t.Errorf("device 1 is %v after hanging 4 s, want slow or failed", st)
 	}
 	thawedAt := rec.Now()
 	s.redis[1].Thaw()
