@@ -30,10 +30,12 @@ import (
 //     Hashing always is for per-call use, turned detection off). When
 //     another device fails (or is full, rebuilt or behind), the slow one
 //     is re-admitted at once: a slow piece is better than no piece.
-//   - A device is judged only once it has been healthy for its Grace, on
-//     latencies measured since: a device just rebuilt, resynced or
-//     re-admitted is still compacting what it took in, and the batches of
-//     its rebuild (each a chunk of pieces) are not its peers' kind.
+//   - A device back to healthy (rebuilt, resynced, re-admitted) is
+//     judged only once it has been healthy for its Grace, on latencies
+//     measured since: it is still compacting what it took in, and the
+//     batches of its rebuild (each a chunk of pieces) are not its peers'
+//     kind. A device healthy when the array opens is judged from the
+//     start.
 //   - A slow device is probed (one small read at a time) once it has been
 //     slow for its hold; after slowProbes probes in a row under half the
 //     threshold it is re-admitted by a resync, which repairs every write
