@@ -178,18 +178,16 @@ func (c *call) runScript(fn string, readOnly bool, exec func(context.Context, sc
 		}
 	}
 	defer unlockLua()
-	if c.tx == nil {
-		if err := s.completeLeftBehind(c.ctx); err != nil {
-			c.fail(err)
-			return
-		}
-	}
 	ctx, cancel := context.WithCancelCause(c.ctx)
 	run := &scriptRun{fn: fn, argv: c.args, caller: c.cl, start: time.Now(), done: make(chan struct{}), cancel: cancel}
 	s.script.Store(run)
 	// The script is busy (BUSY to others past the threshold, SCRIPT KILL)
 	// while its Lua runs; its commit is a transaction's, which others wait
-	// for on the lock like an EXEC's, however long the devices take.
+	// for on the lock like an EXEC's, however long the devices take. It
+	// is marked busy before anything that takes time under the lock: a
+	// command that found no script running and then waited for the lock
+	// would wait for the whole script (a script that never ends: until
+	// SCRIPT KILL), never told BUSY.
 	var ended sync.Once
 	end := func() {
 		ended.Do(func() {
@@ -199,6 +197,12 @@ func (c *call) runScript(fn string, readOnly bool, exec func(context.Context, sc
 		})
 	}
 	defer end()
+	if c.tx == nil {
+		if err := s.completeLeftBehind(c.ctx); err != nil {
+			c.fail(err)
+			return
+		}
+	}
 	// The script's own connection state: the caller's user and database.
 	scl := &conn{Conn: c.cl.Conn, s: s, id: c.cl.id, addr: c.cl.addr, laddr: c.cl.laddr, created: c.cl.created, proto: 2, db: c.cl.db}
 	scl.user.Store(c.cl.user.Load())
