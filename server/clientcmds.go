@@ -189,6 +189,9 @@ func (c *call) clientKill() {
 			killed++
 			continue
 		}
+		if !cl.killed.CompareAndSwap(false, true) {
+			continue // killed already, its goroutine not yet gone
+		}
 		cl.Conn.Close()
 		killed++
 	}

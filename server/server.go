@@ -606,7 +606,11 @@ func (s *Server) accepted(rc redcon.Conn) bool {
 // goroutine only.
 type conn struct {
 	net.Conn
-	s       *Server
+	s *Server
+	// killed: CLIENT KILL closed it; until its goroutine has gone, a later
+	// CLIENT KILL neither counts nor closes it again (Redis frees a killed
+	// client at once).
+	killed  atomic.Bool
 	unsent  int           // reply bytes not yet flushed (respWriter); the connection's goroutine only
 	replies replyEstimate // sizes its concurrent runs (pipeline.go); the connection's goroutine only
 	run     pipelineRun   // its concurrent runs' reused state (pipeline.go); the connection's goroutine only
