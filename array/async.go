@@ -3,7 +3,6 @@ package array
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/kvarray/kvarray/mechanism"
 )
@@ -61,12 +60,12 @@ func (a *Array) submit(ctx context.Context, key []byte, what string, op func() (
 			close(f.done)
 		}()
 		if err := tk.Wait(ctx); err != nil {
-			f.err = fmt.Errorf("%s %s: %w", what, shown(key), err)
+			f.err = opError(what, key, err)
 			return
 		}
 		f.value, f.err = op()
 		if f.err != nil {
-			f.err = fmt.Errorf("%s %s: %w", what, shown(key), f.err)
+			f.err = opError(what, key, f.err)
 		}
 	}()
 	return f
@@ -81,12 +80,12 @@ func (a *Array) run(ctx context.Context, key []byte, what string, op func() ([]b
 	defer a.end()
 	tk, err := a.locks.Lock(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", what, shown(key), err)
+		return nil, opError(what, key, err)
 	}
 	defer tk.Release()
 	v, err := op()
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", what, shown(key), err)
+		return nil, opError(what, key, err)
 	}
 	return v, nil
 }
@@ -105,7 +104,7 @@ func (a *Array) StoreAsync(ctx context.Context, key, value []byte, opts ...CallO
 	c := callOf(opts)
 	m, err := a.prepareStore(key, value, c)
 	if err != nil {
-		return failed(fmt.Errorf("store %s: %w", shown(key), err))
+		return failed(opError("store", key, err))
 	}
 	return a.submit(ctx, key, "store", func() ([]byte, error) {
 		return nil, a.store(ctx, key, value, m, c)
@@ -115,7 +114,7 @@ func (a *Array) StoreAsync(ctx context.Context, key, value []byte, opts ...CallO
 // RetrieveAsync submits a retrieve and returns at once.
 func (a *Array) RetrieveAsync(ctx context.Context, key []byte) *Future {
 	if err := a.checkUserKey(key); err != nil {
-		return failed(fmt.Errorf("retrieve %s: %w", shown(key), err))
+		return failed(opError("retrieve", key, err))
 	}
 	return a.submit(ctx, key, "retrieve", func() ([]byte, error) {
 		return a.retrieve(ctx, key)
@@ -125,7 +124,7 @@ func (a *Array) RetrieveAsync(ctx context.Context, key []byte) *Future {
 // DeleteAsync submits a delete and returns at once.
 func (a *Array) DeleteAsync(ctx context.Context, key []byte) *Future {
 	if err := a.checkUserKey(key); err != nil {
-		return failed(fmt.Errorf("delete %s: %w", shown(key), err))
+		return failed(opError("delete", key, err))
 	}
 	return a.submit(ctx, key, "delete", func() ([]byte, error) {
 		return nil, a.remove(ctx, key)
@@ -139,7 +138,7 @@ func (a *Array) DeleteAsync(ctx context.Context, key []byte) *Future {
 // of orphans and reported as ErrNotFound.
 func (a *Array) Repair(ctx context.Context, key []byte) (int, error) {
 	if err := a.checkKey(key); err != nil {
-		return 0, fmt.Errorf("repair %s: %w", shown(key), err)
+		return 0, opError("repair", key, err)
 	}
 	var total int
 	_, err := a.run(ctx, key, "repair", func() ([]byte, error) {

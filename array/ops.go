@@ -32,6 +32,23 @@ func shown(key []byte) string {
 	return fmt.Sprintf("%q", key)
 }
 
+// keyError is the error of an operation on one key, formatted only when
+// shown: a read of a missing key is answered by errors.Is alone, and
+// fmt.Errorf quoting the key was about a tenth of such a read's CPU.
+type keyError struct {
+	op  string
+	key []byte // a copy: the caller may reuse its buffer
+	err error
+}
+
+func (e *keyError) Error() string { return e.op + " " + shown(e.key) + ": " + e.err.Error() }
+func (e *keyError) Unwrap() error { return e.err }
+
+// opError wraps err, of op on key, with both (see keyError).
+func opError(op string, key []byte, err error) error {
+	return &keyError{op: op, key: bytes.Clone(key), err: err}
+}
+
 // located is what the array learned of a split by reading where it lives.
 type located struct {
 	m    mechanism.Mechanism
@@ -457,7 +474,7 @@ func (a *Array) Store(ctx context.Context, key, value []byte, opts ...CallOption
 	c := callOf(opts)
 	m, err := a.prepareStore(key, value, c)
 	if err != nil {
-		return fmt.Errorf("store %s: %w", shown(key), err)
+		return opError("store", key, err)
 	}
 	_, err = a.run(ctx, key, "store", func() ([]byte, error) {
 		return nil, a.store(ctx, key, value, m, c)
@@ -468,7 +485,7 @@ func (a *Array) Store(ctx context.Context, key, value []byte, opts ...CallOption
 // Retrieve returns the value stored under key.
 func (a *Array) Retrieve(ctx context.Context, key []byte) ([]byte, error) {
 	if err := a.checkUserKey(key); err != nil {
-		return nil, fmt.Errorf("retrieve %s: %w", shown(key), err)
+		return nil, opError("retrieve", key, err)
 	}
 	return a.run(ctx, key, "retrieve", func() ([]byte, error) { return a.retrieve(ctx, key) })
 }
@@ -476,7 +493,7 @@ func (a *Array) Retrieve(ctx context.Context, key []byte) ([]byte, error) {
 // Delete removes key and every piece of it; ErrNotFound if it is absent.
 func (a *Array) Delete(ctx context.Context, key []byte) error {
 	if err := a.checkUserKey(key); err != nil {
-		return fmt.Errorf("delete %s: %w", shown(key), err)
+		return opError("delete", key, err)
 	}
 	_, err := a.run(ctx, key, "delete", func() ([]byte, error) { return nil, a.remove(ctx, key) })
 	return err
@@ -497,7 +514,7 @@ func (a *Array) noted(key []byte, l *located, err error) {
 // Exist reports whether key exists.
 func (a *Array) Exist(ctx context.Context, key []byte) (bool, error) {
 	if err := a.checkUserKey(key); err != nil {
-		return false, fmt.Errorf("exist %s: %w", shown(key), err)
+		return false, opError("exist", key, err)
 	}
 	if err := a.begin(); err != nil {
 		return false, err
@@ -526,7 +543,7 @@ func (a *Array) exists(ctx context.Context, key []byte) (bool, error) {
 	case errors.Is(err, ErrNotFound):
 		return false, nil
 	}
-	return false, fmt.Errorf("exist %s: %w", shown(key), err)
+	return false, opError("exist", key, err)
 }
 
 // splitsFor returns how many splits a value of n bytes takes with m.

@@ -59,7 +59,7 @@ type rangeRetriever interface {
 // when the metadata cache knows the key.
 func (a *Array) Len(ctx context.Context, key []byte) (int64, error) {
 	if err := a.checkUserKey(key); err != nil {
-		return 0, fmt.Errorf("len %s: %w", shown(key), err)
+		return 0, opError("len", key, err)
 	}
 	var n int64
 	_, err := a.run(ctx, key, "len", func() ([]byte, error) {
@@ -105,7 +105,7 @@ func (a *Array) RetrieveRange(ctx context.Context, key []byte, off, n int64) ([]
 // and the range it wants together.
 func (a *Array) RetrieveRanges(ctx context.Context, key []byte, rs ...Range) ([][]byte, int64, error) {
 	if err := a.checkUserKey(key); err != nil {
-		return nil, 0, fmt.Errorf("retrieve range %s: %w", shown(key), err)
+		return nil, 0, opError("retrieve range", key, err)
 	}
 	var out [][]byte
 	var total int64
@@ -352,7 +352,7 @@ func (a *Array) StoreRange(ctx context.Context, key []byte, off int64, data []by
 // old value or the new one, never a mix.
 func (a *Array) StoreRanges(ctx context.Context, key []byte, edits []Edit, opts ...CallOption) (int64, error) {
 	if err := a.checkUserKey(key); err != nil {
-		return 0, fmt.Errorf("store range %s: %w", shown(key), err)
+		return 0, opError("store range", key, err)
 	}
 	c := callOf(opts)
 	var n int64

@@ -56,17 +56,17 @@ func (s *Store) LoadRanges(ctx context.Context, db int, key []byte, ranges ...ar
 	}
 	got, total, err := s.A.RetrieveRanges(ctx, s.Key(db, key), rs...)
 	if err != nil {
-		return nil, 0, Value{}, fmt.Errorf("key %q in db %d: %w", key, db, err)
+		return nil, 0, Value{}, keyErr(db, key, "", err)
 	}
 	if len(got[0]) > 0 && got[0][0]&tagType != 0 {
-		return nil, 0, Value{}, fmt.Errorf("key %q in db %d: %w", key, db, ErrWrongType)
+		return nil, 0, Value{}, keyErr(db, key, "", ErrWrongType)
 	}
 	head, hl, err := DecodeHead(got[0])
 	if err != nil {
-		return nil, 0, Value{}, fmt.Errorf("key %q in db %d: %w", key, db, err)
+		return nil, 0, Value{}, keyErr(db, key, "", err)
 	}
 	if Expired(head.At, NowMs()) {
-		return nil, 0, Value{}, fmt.Errorf("key %q in db %d expired: %w", key, db, array.ErrNotFound)
+		return nil, 0, Value{}, keyErr(db, key, " expired", array.ErrNotFound)
 	}
 	parts := make([][]byte, len(ranges))
 	for i, r := range ranges {
@@ -144,7 +144,7 @@ func (s *Store) edit(ctx context.Context, db int, key []byte, at func(length int
 		return now, err
 	}, false, true)
 	if err != nil {
-		return 0, fmt.Errorf("key %q in db %d: %w", key, db, err)
+		return 0, keyErr(db, key, "", err)
 	}
 	return n, nil
 }

@@ -22,6 +22,10 @@ import (
 func BenchmarkServeSet(b *testing.B) { benchServe(b, "SET") }
 func BenchmarkServeGet(b *testing.B) { benchServe(b, "GET") }
 
+// BenchmarkServeGetMissing: GETs of keys never set, as a cache's misses
+// and a lock's first GET are.
+func BenchmarkServeGetMissing(b *testing.B) { benchServe(b, "GETMISS") }
+
 func benchServe(b *testing.B, cmd string) {
 	const pipeline, keys = 16, 1024
 	a, devs := openArray(b, memHybrid)
@@ -51,8 +55,11 @@ func benchServe(b *testing.B, cmd string) {
 		for i := range pipeline {
 			k := fmt.Sprintf("key:%012d", p*pipeline+i)
 			sets[p] = append(sets[p], encode("SET", k, value)...)
-			if cmd == "GET" {
+			switch cmd {
+			case "GET":
 				pipes[p] = append(pipes[p], encode("GET", k)...)
+			case "GETMISS":
+				pipes[p] = append(pipes[p], encode("GET", "missing:"+k)...)
 			}
 		}
 	}
@@ -79,8 +86,11 @@ func benchServe(b *testing.B, cmd string) {
 		round(p, okReplies)
 	}
 	want := okReplies
-	if cmd == "GET" {
+	switch cmd {
+	case "GET":
 		want = getReplies
+	case "GETMISS":
+		want = bytes.Repeat([]byte("$-1\r\n"), pipeline)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
