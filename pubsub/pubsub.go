@@ -13,6 +13,10 @@
 //     subscriber that has unsubscribed (Unsubscribe returned) gets nothing
 //     more from that channel, and messages published by one goroutine
 //     reach each subscriber in the order they were published.
+//   - One Publish hands one Message to each of its subscribers in turn, on
+//     the publisher's goroutine, so the subscribers may encode it once for
+//     all of them (Message.Encoded): a message to a thousand subscribers
+//     is encoded once, not a thousand times.
 //   - Deliver must not block: a slow subscriber is the subscriber's own
 //     problem (its output limit), never the publisher's.
 package pubsub
@@ -35,10 +39,22 @@ const (
 	NumKinds
 )
 
-// Subscriber receives messages. pattern is nil unless the message came
-// through a pattern subscription.
+// Subscriber receives messages. Deliver must not keep m, nor its slices,
+// past its return.
 type Subscriber interface {
-	Deliver(kind Kind, pattern, channel, message []byte)
+	Deliver(m *Message)
+}
+
+// Message is one message published, as a subscriber receives it.
+type Message struct {
+	Kind    Kind   // Pattern when it came through a pattern subscription
+	Pattern []byte // the pattern that matched (kind Pattern), else nil
+	Channel []byte
+	Payload []byte
+	// Encoded is the subscribers' own: what one of them encoded of the
+	// message (say, one entry per protocol), for the next ones of the
+	// same Publish to copy. Publish leaves it empty.
+	Encoded [2][]byte
 }
 
 // Hub is the registry. The zero value is ready to use.
@@ -92,9 +108,12 @@ func (h *Hub) Publish(kind Kind, channel, message []byte) int {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	n := 0
-	for s := range h.subs[kind][string(channel)] {
-		s.Deliver(kind, nil, channel, message)
-		n++
+	if set := h.subs[kind][string(channel)]; len(set) > 0 {
+		m := &Message{Kind: kind, Channel: channel, Payload: message}
+		for s := range set {
+			s.Deliver(m)
+			n++
+		}
 	}
 	if kind != Channel {
 		return n
@@ -104,8 +123,9 @@ func (h *Hub) Publish(kind Kind, channel, message []byte) int {
 		if !glob.Match(p, channel) {
 			continue
 		}
+		m := &Message{Kind: Pattern, Pattern: p, Channel: channel, Payload: message}
 		for s := range set {
-			s.Deliver(Pattern, p, channel, message)
+			s.Deliver(m)
 			n++
 		}
 	}

@@ -8,8 +8,8 @@ import (
 
 type rec struct{ got []string }
 
-func (r *rec) Deliver(kind Kind, pattern, channel, message []byte) {
-	r.got = append(r.got, fmt.Sprintf("%d %s %s %s", kind, pattern, channel, message))
+func (r *rec) Deliver(m *Message) {
+	r.got = append(r.got, fmt.Sprintf("%d %s %s %s", m.Kind, m.Pattern, m.Channel, m.Payload))
 }
 
 // TestHub: a channel's subscribers and every matching pattern's get a

@@ -95,19 +95,35 @@ func (cl *conn) startPush() {
 	go q.run()
 }
 
-// Deliver queues a message for the connection (pubsub.Subscriber).
-func (cl *conn) Deliver(kind pubsub.Kind, pattern, channel, message []byte) {
-	q := cl.push
-	var b []byte
-	head := byte('*')
+// Deliver queues a message for the connection (pubsub.Subscriber),
+// encoded once per protocol for all its subscribers (m.Encoded).
+func (cl *conn) Deliver(m *pubsub.Message) {
+	proto := 0
 	if cl.proto3.Load() {
+		proto = 1
+	}
+	b := m.Encoded[proto]
+	if b == nil {
+		b = encodeMessage(m, proto == 1)
+		m.Encoded[proto] = b
+	}
+	cl.push.queue(b)
+}
+
+// encodeMessage is a pub/sub message as Redis sends it: a push (RESP3) or
+// an array (RESP2) of its kind, the pattern that matched, the channel and
+// the payload.
+func encodeMessage(m *pubsub.Message, proto3 bool) []byte {
+	b := make([]byte, 0, 48+len(m.Pattern)+len(m.Channel)+len(m.Payload))
+	head := byte('*')
+	if proto3 {
 		head = '>'
 	}
-	switch kind {
+	switch m.Kind {
 	case pubsub.Pattern:
 		b = append(b, head, '4', '\r', '\n')
 		b = redcon.AppendBulkString(b, "pmessage")
-		b = redcon.AppendBulk(b, pattern)
+		b = redcon.AppendBulk(b, m.Pattern)
 	case pubsub.Shard:
 		b = append(b, head, '3', '\r', '\n')
 		b = redcon.AppendBulkString(b, "smessage")
@@ -115,19 +131,21 @@ func (cl *conn) Deliver(kind pubsub.Kind, pattern, channel, message []byte) {
 		b = append(b, head, '3', '\r', '\n')
 		b = redcon.AppendBulkString(b, "message")
 	}
-	b = redcon.AppendBulk(b, channel)
-	b = redcon.AppendBulk(b, message)
-	q.queue(b)
+	b = redcon.AppendBulk(b, m.Channel)
+	return redcon.AppendBulk(b, m.Payload)
 }
 
 // queue appends b to the queue; false when the queue is closed (its
-// connection ended, or over the limits now).
+// connection ended, or over the limits now). It wakes the writer only
+// when the queue was empty: otherwise a wake is on its way already, and
+// what is queued meanwhile goes out in the same write.
 func (q *pushQueue) queue(b []byte) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
 		return false
 	}
+	wasEmpty := len(q.buf) == 0
 	q.buf = append(q.buf, b...)
 	held := len(q.buf) + q.sending
 	switch {
@@ -142,7 +160,9 @@ func (q *pushQueue) queue(b []byte) bool {
 	case held <= pushSoftLimit:
 		q.softAt = time.Time{}
 	}
-	q.wake.Signal()
+	if wasEmpty {
+		q.wake.Signal()
+	}
 	return true
 }
 
