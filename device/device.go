@@ -266,3 +266,21 @@ type Deferred interface {
 	// Sync makes every write applied before it durable.
 	Sync(ctx context.Context) error
 }
+
+// gatheredKey marks a context Gathered.
+type gatheredKey struct{}
+
+// Gathered returns ctx marked as carrying writes their caller has already
+// gathered into one batch (a list's group commit: server/listgroup.go). A
+// device that waits for more writers to join a synced commit (Pebble's
+// linger: device/pebble/commit.go) stops waiting when such a write joins:
+// the batch it would wait for is the one that has just arrived.
+func Gathered(ctx context.Context) context.Context {
+	return context.WithValue(ctx, gatheredKey{}, true)
+}
+
+// IsGathered reports whether ctx was marked by Gathered.
+func IsGathered(ctx context.Context) bool {
+	v, _ := ctx.Value(gatheredKey{}).(bool)
+	return v
+}

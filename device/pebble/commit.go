@@ -8,6 +8,7 @@ import (
 
 	pdb "github.com/cockroachdb/pebble/v2"
 
+	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/internal/workers"
 )
 
@@ -37,6 +38,10 @@ type committer struct {
 	busy bool
 	// joined counts the callers in next.
 	joined int
+	// gathered: a device.Gathered write is in next. hurry, while the
+	// committer lingers, ends the linger when closed (nil: no linger).
+	gathered bool
+	hurry    chan struct{}
 }
 
 // Lingering. Under a concurrent load many device writes are still the
@@ -47,7 +52,9 @@ type committer struct {
 // next), the committer waits before sealing the next group, so that more
 // join it: lingerPerWriter for each writer of the larger of those two
 // groups, at most lingerMax. A lone writer (and the first write after an
-// idle spell) never waits.
+// idle spell) never waits, nor does the group a device.Gathered write
+// joins: its caller batched already (a list's pushes: 16 clients pushing
+// to one list ran at 4,000 LPUSH/s with the linger, 6,200 without).
 //
 // The wait grows with the load because its gain does: a few writers gain
 // little from sharing an fsync and lose most to waiting, many gain the
@@ -115,6 +122,13 @@ func (d *Device) commit(ctx context.Context, b *pdb.Batch) error {
 		return failed(err)
 	}
 	q.joined++
+	if device.IsGathered(ctx) {
+		q.gathered = true
+		if q.hurry != nil {
+			close(q.hurry)
+			q.hurry = nil
+		}
+	}
 	if !q.busy {
 		q.busy = true
 		d.running.Add(1)
@@ -155,7 +169,7 @@ func (d *Device) commitLoop() {
 	for {
 		q.mu.Lock()
 		g, size := q.next, q.joined
-		q.next, q.joined = nil, 0
+		q.next, q.joined, q.gathered = nil, 0, false
 		if g == nil {
 			q.busy = false
 			q.mu.Unlock()
@@ -171,10 +185,22 @@ func (d *Device) commitLoop() {
 		close(g.done)
 		q.mu.Lock()
 		writers := max(size, q.joined)
-		q.mu.Unlock()
-		if writers >= lingerAt {
-			time.Sleep(min(lingerMax, time.Duration(writers)*lingerPerWriter))
+		if writers < lingerAt || q.gathered {
+			q.mu.Unlock()
+			continue
 		}
+		hurry := make(chan struct{})
+		q.hurry = hurry
+		q.mu.Unlock()
+		t := time.NewTimer(min(lingerMax, time.Duration(writers)*lingerPerWriter))
+		select {
+		case <-t.C:
+		case <-hurry:
+		}
+		t.Stop()
+		q.mu.Lock()
+		q.hurry = nil
+		q.mu.Unlock()
 	}
 }
 
