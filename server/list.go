@@ -27,8 +27,26 @@ func (c *call) lists(keys [][]byte, lax bool, fn func(ls []*collection.List) boo
 		return false
 	}
 	defer unlock()
-	ls := make([]*collection.List, len(keys))
-	first := make([]int, len(keys)) // the index of each key's first mention
+	ls, first, err := c.openLists(keys, lax)
+	if err != nil {
+		c.fail(err)
+		return false
+	}
+	if !fn(ls) {
+		return false
+	}
+	if err := c.commitLists(keys, ls, first); err != nil {
+		c.fail(err)
+		return false
+	}
+	return true
+}
+
+// openLists opens the lists under keys, whose locks the caller holds
+// (lists); first[i] is the index of key i's first mention.
+func (c *call) openLists(keys [][]byte, lax bool) (ls []*collection.List, first []int, err error) {
+	ls = make([]*collection.List, len(keys))
+	first = make([]int, len(keys))
 	for i, k := range keys {
 		first[i] = i
 		for j := range i {
@@ -52,13 +70,14 @@ func (c *call) lists(keys [][]byte, lax bool, fn func(ls []*collection.List) boo
 			ls[i], err = collection.OpenList(c.ctx, c.source(), v.ks(), found, c.s.limits.get())
 		}
 		if err != nil {
-			c.fail(err)
-			return false
+			return nil, nil, err
 		}
 	}
-	if !fn(ls) {
-		return false
-	}
+	return ls, first, nil
+}
+
+// commitLists writes what changed of the lists openLists opened.
+func (c *call) commitLists(keys [][]byte, ls []*collection.List, first []int) error {
 	var ops []keyspace.Op
 	var owners [][]byte
 	phased := false
@@ -78,16 +97,12 @@ func (c *call) lists(keys [][]byte, lax bool, fn func(ls []*collection.List) boo
 		}
 	}
 	if len(ops) == 0 {
-		return true
+		return nil
 	}
 	c.phased = phased && len(owners) == 1
-	err = c.writeOps(ops, owners...)
+	err := c.writeOps(ops, owners...)
 	c.phased = false
-	if err != nil {
-		c.fail(err)
-		return false
-	}
-	return true
+	return err
 }
 
 // list runs fn on the list under key (lists).
@@ -145,6 +160,29 @@ func (c *call) listEnd(a []byte) (left, ok bool) {
 	return false, false
 }
 
+// listStep runs step on the list under key: in the list's group when c
+// is plain (listgroup.go), else alone (list). step returns an error only
+// when it changed nothing.
+func (c *call) listStep(key []byte, step func(l *collection.List) error) bool {
+	if !c.groupable() {
+		return c.list(key, func(l *collection.List) bool {
+			if err := step(l); err != nil {
+				c.fail(err)
+				return false
+			}
+			return true
+		})
+	}
+	if !c.checkKeys(key) {
+		return false
+	}
+	if err := c.grouped(key, step); err != nil {
+		c.fail(err)
+		return false
+	}
+	return true
+}
+
 // cmdPush serves LPUSH, RPUSH, LPUSHX and RPUSHX.
 func cmdPush(c *call) {
 	for _, v := range c.args[2:] {
@@ -155,18 +193,22 @@ func cmdPush(c *call) {
 	}
 	left := c.e.name[0] == 'l'
 	onlyExisting := c.e.name[len(c.e.name)-1] == 'x'
+	event := "rpush"
+	if left {
+		event = "lpush"
+	}
 	var n int64
-	if !c.list(c.args[1], func(l *collection.List) bool {
+	if !c.listStep(c.args[1], func(l *collection.List) error {
 		if onlyExisting && l.Len() == 0 {
-			return true
+			return nil
 		}
 		if l.Len() == 0 {
 			c.notify(pubsub.New, "new", c.cl.db, c.args[1])
 		}
 		l.Push(left, c.args[2:]...)
 		n = l.Len()
-		c.notify(pubsub.List, map[bool]string{true: "lpush", false: "rpush"}[left], c.cl.db, c.args[1])
-		return true
+		c.notify(pubsub.List, event, c.cl.db, c.args[1])
+		return nil
 	}) {
 		return
 	}
@@ -199,17 +241,21 @@ func cmdPop(c *call) {
 	left := c.e.name[0] == 'l'
 	var out [][]byte
 	found := false
-	if !c.list(c.args[1], func(l *collection.List) bool {
+	if !c.listStep(c.args[1], func(l *collection.List) error {
 		found = l.Len() > 0
 		var err error
 		if out, err = l.Pop(left, count); err != nil {
-			c.fail(err)
-			return false
+			return err
+		}
+		// An element pushed earlier in the batch is that command's
+		// argument, gone with it: the reply keeps a copy.
+		for i := range out {
+			out[i] = bytes.Clone(out[i])
 		}
 		if len(out) > 0 {
 			c.notify(pubsub.List, popEvent(left), c.cl.db, c.args[1])
 		}
-		return true
+		return nil
 	}) {
 		return
 	}

@@ -244,7 +244,8 @@ type Server struct {
 	watch    watches
 	trk      tracker // client-side caching (tracking.go)
 	lat      latencyMonitor
-	blk      blocker // blocked clients (blocking.go)
+	blk      blocker    // blocked clients (blocking.go)
+	lists    listGroups // pushes and pops grouped by list (listgroup.go)
 	pause    atomic.Pointer[pause]
 	exp      expiry
 	// scripts is the Lua engine; script the script running now, if any
