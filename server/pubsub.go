@@ -39,6 +39,12 @@ const (
 	pushSoftFor   = 60 * time.Second
 )
 
+// pushKeep is the largest buffer a subscriber's writer keeps for the next
+// messages: one that a burst grew larger is dropped once sent, so that a
+// thousand subscribers that once fell behind do not each hold their
+// burst's buffer for good.
+const pushKeep = 64 << 10
+
 // pushQueue is a connection's outgoing messages (see above).
 type pushQueue struct {
 	cl      *conn
@@ -204,6 +210,9 @@ func (q *pushQueue) run() {
 			q.stop()
 			q.cl.Conn.Close()
 			return
+		}
+		if cap(b) > pushKeep {
+			b = nil // a burst's buffer is not kept for the next
 		}
 	}
 }
