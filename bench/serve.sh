@@ -24,14 +24,18 @@
 #        of a script doing one GET and one SET, and evalsha_release, EVALSHA
 #        of redis-py's Lock release script, on random keys)
 #        hget, hgetall100 (HGETALL of a 100-field hash) and sismember
-#        read what hset and sadd fill.
+#        read what hset and sadd fill; publish10, PUBLISH to a channel
+#        10 redis-cli subscribers listen on. The list rows (issue 37) are
+#        LOADS=... with redis-benchmark's lpush, rpush, lpop, rpop,
+#        lrange_100 and lrange_600 (which read the list lpush fills).
 # Needs redis-server and redis-benchmark. Takes about 8 minutes.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 kpid=""
 rpid=""
-trap 'kill $kpid $rpid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+subpids=""
+trap 'kill $kpid $rpid $subpids 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 source "$root/bench/lib.sh"
 bin=$(kvarray_bin "$work")
 start_pair "$work" "$bin"
@@ -63,9 +67,10 @@ run() {
   xadd) what=(XADD mystream '*' f __rand_int__) ;;
   xaddtrim) what=(XADD mystream MAXLEN '~' 10000 '*' f __rand_int__) ;;
   xrange100) what=(XRANGE mystream - + COUNT 100) ;;
+  publish10) what=(PUBLISH publish10 __rand_int__) ;;
   esac
   rps=$(redis-benchmark -p "$port" -d "$d" -c "$c" -P "$p" -n "$n" -r 100000 --csv "${what[@]}" 2>/dev/null |
-    grep -v '^"test"' | head -n 1 | cut -d, -f2 | tr -d '"')
+    grep -v '^"test"' | tail -n 1 | cut -d, -f2 | tr -d '"')
   c1=$(cpu "$pid")
   w1=$(wbytes "$pid")
   python3 -c "print($rps, ($c1-$c0)*1000/$ticks/$n, ($w1-$w0)/$n)"
@@ -82,6 +87,11 @@ for port in $kport $rport; do
   sha_getset=$(redis-cli -p "$port" SCRIPT LOAD "$getset")
   sha_release=$(redis-cli -p "$port" SCRIPT LOAD "$release")
   redis-cli -p "$port" HSET hash100 "${fields[@]}" >/dev/null
+  # publish10 publishes to the 10 subscribers of channel publish10.
+  for _ in $(seq 1 10); do
+    redis-cli -p "$port" SUBSCRIBE publish10 >/dev/null 2>&1 &
+    subpids="$subpids $!"
+  done
 done
 
 # The collection rows (issue 34) each at 16 connections and at 50 x
