@@ -61,17 +61,22 @@ run() {
 		tail -n 20 "$d/serve.log"
 		kill $pid 2>/dev/null; wait $pid 2>/dev/null
 	done
-	# The test server's own ports, away from the server's and from another
-	# run's (runtest's default base is fixed); it also needs each port
-	# plus 10000 free, so below 55535.
-	base=$((42000 + RANDOM % 10000))
 	local file=$unit
 	if [ -n "${external[$unit]:-}" ]; then
 		sed '0,/external:skip/s/ external:skip//' "$src/tests/$unit.tcl" >"$d/unit.tcl"
 		file=$(realpath -m --relative-to="$src/tests" "$d/unit")
 	fi
-	out=$(cd "$src" && ./runtest --host 127.0.0.1 --port $port --baseport $base --single "$file" \
-		--tags -needs:repl --tags -needs:debug --tags -needs:config-maxmemory "$@" 2>&1 | sed 's/\x1b\[[0-9;]*m//g')
+	# The test server's own ports, away from the server's and from another
+	# run's (runtest's default base is fixed); it also needs each port
+	# plus 10000 free, so below 55535. They lie in the ephemeral range, so
+	# one may be some connection's local port: the unit then stops before
+	# its first test, and runs again on another base.
+	for _ in 1 2 3; do
+		base=$((42000 + RANDOM % 10000))
+		out=$(cd "$src" && ./runtest --host 127.0.0.1 --port $port --baseport $base --single "$file" \
+			--tags -needs:repl --tags -needs:debug --tags -needs:config-maxmemory "$@" 2>&1 | sed 's/\x1b\[[0-9;]*m//g')
+		grep -q "^couldn't open socket: address already in use" <<<"$out" || break
+	done
 	kill $pid; wait $pid 2>/dev/null
 	passed=$(grep -c '^\[ok\]' <<<"$out")
 	echo "$unit${label:+ ($label)}: $passed passed, $(grep -c '^\[err\]' <<<"$out") failed, $(grep -c '^\[skip\]' <<<"$out") skipped"
