@@ -83,6 +83,7 @@ func TestSyncUnderLoad(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	var rounds atomic.Int64
+	var started [writers]atomic.Bool // the writer's first transaction is in
 	for w := range writers {
 		wg.Add(1)
 		go func() {
@@ -96,11 +97,21 @@ func TestSyncUnderLoad(t *testing.T) {
 					t.Errorf("writer %d: %v", w, err)
 					return
 				}
+				started[w].Store(true)
 				rounds.Add(1)
 			}
 		}()
 	}
-	await(t, 10*time.Second, "writers started", func() bool { return rounds.Load() >= writers })
+	// Each writer's keys are in the file only once it has committed one
+	// transaction: 4 rounds in all may be another writer's.
+	await(t, 10*time.Second, "writers started", func() bool {
+		for w := range started {
+			if !started[w].Load() {
+				return false
+			}
+		}
+		return true
+	})
 	file := filepath.Join(t.TempDir(), "out.rdb")
 	before := rounds.Load()
 	out, err := exec.Command(cli, "-h", "127.0.0.1", "-p", ts.port(), "--rdb", file).CombinedOutput()
