@@ -110,12 +110,6 @@ func (h *table) Get(f []byte) ([]byte, bool, error) {
 	if v, ok := h.read[string(f)]; ok {
 		return v, v != nil, nil
 	}
-	if h.ver != h.openVer {
-		// Converted by this command: a new version, none of whose
-		// elements but pend's is stored (nor read: a step of a group
-		// commit fails only unchanged, server/group.go).
-		return nil, false, nil
-	}
 	v, found, err := h.src.Element(h.ctx, h.elementKey(f))
 	if err != nil {
 		return nil, false, fmt.Errorf("collection: element %q: %w", truncated(f), err)

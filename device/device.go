@@ -271,7 +271,7 @@ type Deferred interface {
 type gatheredKey struct{}
 
 // Gathered returns ctx marked as carrying writes their caller has already
-// gathered into one batch (a list's group commit: server/group.go). A
+// gathered into one batch (a list's group commit: server/listgroup.go). A
 // device that waits for more writers to join a synced commit (Pebble's
 // linger: device/pebble/commit.go) stops waiting when such a write joins:
 // the batch it would wait for is the one that has just arrived.

@@ -35,81 +35,14 @@ func (c *call) hash(fn func(h *collection.Hash) bool) bool {
 	})
 }
 
-// hashFail replies with err from a hash operation (hashErr).
-func (c *call) hashFail(err error) bool {
-	c.fail(hashErr(err))
-	return false
-}
-
-// hashErr is err from a hash operation as replied: a field too long is
+// hashFail replies with err from a hash operation: a field too long is
 // the array's key-too-long error.
-func hashErr(err error) error {
+func (c *call) hashFail(err error) bool {
 	if errors.Is(err, collection.ErrElementTooLong) {
 		err = fmt.Errorf("%w: %w", err, array.ErrKeyTooLong)
 	}
-	return err
-}
-
-// hashStep runs step on the hash under c.args[1]: in the hash's group
-// when c is plain (group.go), else alone (hash). step returns an error
-// only when it changed nothing.
-func (c *call) hashStep(step func(h *collection.Hash) error) bool {
-	if !c.groupable() {
-		return c.hash(func(h *collection.Hash) bool {
-			if err := step(h); err != nil {
-				c.fail(err)
-				return false
-			}
-			return true
-		})
-	}
-	if !c.checkKeys(c.args[1]) {
-		return false
-	}
-	if err := grouped(c, &c.s.hashes, c.args[1], step, hashBatch); err != nil {
-		c.fail(err)
-		return false
-	}
-	return true
-}
-
-// hashBatch is a batch of a hash's HSETs and HDELs (batchFunc), written
-// as collection does one command's.
-func hashBatch(bc *call, key []byte, steps []*step[*collection.Hash]) error {
-	unlock, err := bc.lockKeys(bc.cl.db, key)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	v, found, err := bc.getAny(bc.cl.db, key)
-	if err != nil {
-		return err
-	}
-	if found && v.typ != keyspace.TypeHash {
-		return keyspace.ErrWrongType
-	}
-	h, err := collection.OpenHash(bc.ctx, bc.source(), v.ks(), found, bc.s.limits.get(), bc.s.ks.MaxElement())
-	if err != nil {
-		return err
-	}
-	existed := make([]bool, len(steps)) // the hash, before each step
-	for i, st := range steps {
-		existed[i] = h.Len() > 0
-		st.err = st.apply(h)
-	}
-	ops := bc.collOps(key, h)
-	if len(ops) == 0 {
-		return nil
-	}
-	if err := bc.writeOps(ops, key); err != nil {
-		return err
-	}
-	for i, st := range steps {
-		if st.err == nil {
-			st.c.notifyColl(keyspace.TypeHash, collEvents[st.c.e.name], key, existed[i], ops)
-		}
-	}
-	return nil
+	c.fail(err)
+	return false
 }
 
 // cmdHSet serves HSET and HMSET.
@@ -125,24 +58,22 @@ func cmdHSet(c *call) {
 		}
 	}
 	added := 0
-	if !c.hashStep(func(h *collection.Hash) error {
+	if !c.hash(func(h *collection.Hash) bool {
 		fields := make([][]byte, 0, len(c.args)/2)
 		for i := 2; i < len(c.args); i += 2 {
 			fields = append(fields, c.args[i])
 		}
-		// Read first: the Sets after it read nothing and fail at nothing
-		// (a step fails only unchanged).
 		if err := h.Prefetch(fields); err != nil {
-			return hashErr(err)
+			return c.hashFail(err)
 		}
 		for i := 2; i < len(c.args); i += 2 {
 			isNew, err := h.Set(c.args[i], c.args[i+1])
 			if err != nil {
-				return hashErr(err)
+				return c.hashFail(err)
 			}
 			added += b2i(isNew)
 		}
-		return nil
+		return true
 	}) {
 		return
 	}
@@ -221,18 +152,18 @@ func cmdHMGet(c *call) {
 
 func cmdHDel(c *call) {
 	n := 0
-	if c.hashStep(func(h *collection.Hash) error {
+	if c.hash(func(h *collection.Hash) bool {
 		if err := h.Prefetch(c.args[2:]); err != nil {
-			return hashErr(err)
+			return c.hashFail(err)
 		}
 		for _, f := range c.args[2:] {
 			ok, err := h.Delete(f)
 			if err != nil {
-				return hashErr(err)
+				return c.hashFail(err)
 			}
 			n += b2i(ok)
 		}
-		return nil
+		return true
 	}) {
 		c.w.WriteInt(n)
 	}

@@ -161,7 +161,7 @@ func (c *call) listEnd(a []byte) (left, ok bool) {
 }
 
 // listStep runs step on the list under key: in the list's group when c
-// is plain (group.go), else alone (list). step returns an error only
+// is plain (listgroup.go), else alone (list). step returns an error only
 // when it changed nothing.
 func (c *call) listStep(key []byte, step func(l *collection.List) error) bool {
 	if !c.groupable() {
@@ -176,7 +176,7 @@ func (c *call) listStep(key []byte, step func(l *collection.List) error) bool {
 	if !c.checkKeys(key) {
 		return false
 	}
-	if err := grouped(c, &c.s.lists, key, step, listBatch); err != nil {
+	if err := c.grouped(key, step); err != nil {
 		c.fail(err)
 		return false
 	}

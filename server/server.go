@@ -90,7 +90,6 @@ import (
 
 	"github.com/kvarray/kvarray/acl"
 	"github.com/kvarray/kvarray/array"
-	"github.com/kvarray/kvarray/collection"
 	"github.com/kvarray/kvarray/device"
 	"github.com/kvarray/kvarray/internal/keylock"
 	"github.com/kvarray/kvarray/keyspace"
@@ -245,9 +244,8 @@ type Server struct {
 	watch    watches
 	trk      tracker // client-side caching (tracking.go)
 	lat      latencyMonitor
-	blk      blocker                  // blocked clients (blocking.go)
-	lists    groups[*collection.List] // pushes and pops grouped by list (group.go)
-	hashes   groups[*collection.Hash] // HSETs and HDELs grouped by hash
+	blk      blocker    // blocked clients (blocking.go)
+	lists    listGroups // pushes and pops grouped by list (listgroup.go)
 	pause    atomic.Pointer[pause]
 	exp      expiry
 	// scripts is the Lua engine; script the script running now, if any

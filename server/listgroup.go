@@ -9,8 +9,7 @@ import (
 	"github.com/kvarray/kvarray/device"
 )
 
-// Group commit of one key's writes: one list's pushes and pops (issue
-// 37), one hash's HSETs and HDELs (issue 34). A queue is one
+// Group commit of one list's pushes and pops (issue 37). A queue is one
 // hot key: every LPUSH or RPOP of it waited for the key's lock, then for
 // its own two rounds of device syncs (elements, then the value), so 16
 // producers pushed 1,100 elements/s where SETs of 16 keys ran nine times
@@ -37,20 +36,17 @@ import (
 //     its commands keep their order.
 //
 // Only plain commands are grouped: inside MULTI/EXEC or a script (c.tx),
-// or a blocked command's retry (c.held), they run as before. A hash's
-// batch is its HSETs and HDELs, written once through the intent record
-// (one record for the batch where each command had its own).
+// or a blocked command's retry (c.held), they run as before.
 
-// groups are the groups of the keys of one type being written to now;
-// T is the type's open collection (*collection.List, *collection.Hash).
-type groups[T any] struct {
+// listGroups are the groups of the lists being written to now.
+type listGroups struct {
 	mu sync.Mutex
-	m  map[string]*group[T] // by array key
+	m  map[string]*listGroup // by array key
 }
 
-// group is one key's steps waiting for the next batch.
-type group[T any] struct {
-	queue   []*step[T]
+// listGroup is one list's steps waiting for the next batch.
+type listGroup struct {
+	queue   []*listStep
 	leading bool // a batch is being made or written
 	// last is how many steps the last batch had; full is closed when as
 	// many wait again (nil: no batch is lingering).
@@ -70,39 +66,32 @@ const (
 	listLingerMax     = time.Millisecond
 )
 
-// groupsKept is how many idle groups of a type are kept for their last
-// batch's size at most: past it, a group goes once idle.
-const groupsKept = 1024
+// listGroupsKept is how many idle groups are kept for their last batch's
+// size at most: past it, a group goes once idle.
+const listGroupsKept = 1024
 
-// step is one command's change of a key's collection. apply runs on the
-// batch leader's goroutine while the command's own waits; it returns an
-// error only when it changed nothing (the command fails alone).
-type step[T any] struct {
-	c     *call
-	apply func(x T) error
+// listStep is one command's change of a list. apply runs on the batch
+// leader's goroutine while the command's own waits; it returns an error
+// only when it changed nothing (the command fails alone).
+type listStep struct {
+	apply func(l *collection.List) error
 	err   error
 	done  chan bool // true: lead the next batch; false: done, err set
 }
 
-// batchFunc writes one batch of key's steps: it opens the collection
-// under the key's lock, runs each step's apply on it and writes what they
-// changed, with bc, a copy of the leader's call whose context outlives
-// its client and is device.Gathered. Its error fails every step that has
-// none of its own.
-type batchFunc[T any] func(bc *call, key []byte, steps []*step[T]) error
-
-// grouped runs apply on key's collection in the key's next batch of g
-// and returns once the batch is written (see above).
-func grouped[T any](c *call, g *groups[T], key []byte, apply func(x T) error, write batchFunc[T]) error {
+// grouped runs apply on key's list in the list's next batch and returns
+// once the batch is written (see above).
+func (c *call) grouped(key []byte, apply func(l *collection.List) error) error {
+	g := &c.s.lists
 	id := string(c.s.ks.Key(c.cl.db, key))
-	st := &step[T]{c: c, apply: apply, done: make(chan bool, 1)}
+	st := &listStep{apply: apply, done: make(chan bool, 1)}
 	g.mu.Lock()
 	lg := g.m[id]
 	if lg == nil {
 		if g.m == nil {
-			g.m = map[string]*group[T]{}
+			g.m = map[string]*listGroup{}
 		}
-		lg = &group[T]{}
+		lg = &listGroup{}
 		g.m[id] = lg
 	}
 	busy := lg.leading
@@ -137,21 +126,13 @@ func grouped[T any](c *call, g *groups[T], key []byte, apply func(x T) error, wr
 	lg.last = len(batch)
 	g.mu.Unlock()
 
-	bc := *c
-	bc.ctx = device.Gathered(context.WithoutCancel(c.ctx))
-	if err := write(&bc, key, batch); err != nil {
-		for _, b := range batch {
-			if b.err == nil {
-				b.err = err
-			}
-		}
-	}
+	c.runSteps(key, batch)
 
 	g.mu.Lock()
 	switch {
 	case len(lg.queue) > 0:
 		lg.queue[0].done <- true // arrived meanwhile: it leads the next
-	case lg.last < 2 || len(g.m) > groupsKept:
+	case lg.last < 2 || len(g.m) > listGroupsKept:
 		delete(g.m, id) // a lone client's list: nobody to wait for
 	default:
 		lg.leading = false // kept for its last batch's size
@@ -165,22 +146,35 @@ func grouped[T any](c *call, g *groups[T], key []byte, apply func(x T) error, wr
 	return st.err
 }
 
-// listBatch is a batch of a list's pushes and pops (batchFunc).
-func listBatch(bc *call, key []byte, steps []*step[*collection.List]) error {
+// runSteps is one batch: steps on key's list, written once. The batch
+// goes on if its leader's client goes away: the others wait for it. Its
+// writes are Gathered: a device does not wait for more to join them.
+func (c *call) runSteps(key []byte, steps []*listStep) {
+	bc := *c
+	bc.ctx = device.Gathered(context.WithoutCancel(c.ctx))
 	keys := [][]byte{key}
-	unlock, err := bc.lockKeys(bc.cl.db, keys...)
+	err := func() error {
+		unlock, err := bc.lockKeys(bc.cl.db, keys...)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		ls, first, err := bc.openLists(keys, false)
+		if err != nil {
+			return err
+		}
+		for _, st := range steps {
+			st.err = st.apply(ls[0])
+		}
+		return bc.commitLists(keys, ls, first)
+	}()
 	if err != nil {
-		return err
+		for _, st := range steps {
+			if st.err == nil {
+				st.err = err
+			}
+		}
 	}
-	defer unlock()
-	ls, first, err := bc.openLists(keys, false)
-	if err != nil {
-		return err
-	}
-	for _, st := range steps {
-		st.err = st.apply(ls[0])
-	}
-	return bc.commitLists(keys, ls, first)
 }
 
 // groupable reports whether c's list commands may join a group: plain

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TestListGroup (group.go): 16 clients push to one list at once,
+// TestListGroup (listgroup.go): 16 clients push to one list at once,
 // each its own numbered elements at either end, with LPUSHX and RPUSHX
 // among them, and 8 others pop from it meanwhile. Grouped into batches,
 // every command must still behave as if it ran alone at its place:
@@ -192,73 +191,5 @@ func checkOrder(t *testing.T, what string, vs []string, how int) {
 			t.Fatalf("%s: producer %d's %d after its %d (%v)", what, p, i, prev, vs)
 		}
 		last[p] = i
-	}
-}
-
-// TestHashGroup (group.go): 16 clients write one hash at once, each its
-// own fields: HSET of new fields (one, or two at a time), HSET again of
-// one it set, HDEL of one it set and of one it never did. However they
-// are batched, each reply is the one the command gets alone (the fields
-// are the client's own, so its replies do not depend on the others), and
-// the hash ends holding exactly what the clients' commands left,
-// converted from inline to external on the way.
-func TestHashGroup(t *testing.T) {
-	ts := startServer(t, "")
-	ctx := context.Background()
-	const clients, rounds = 16, 40
-	var wg sync.WaitGroup
-	want := make([]map[string]string, clients)
-	for p := range clients {
-		want[p] = map[string]string{}
-		wg.Go(func() {
-			c := ts.client()
-			check := func(what string, got int64, err error, n int64) bool {
-				if err != nil || got != n {
-					t.Errorf("client %d: %s = %d, %v; want %d", p, what, got, err, n)
-					return false
-				}
-				return true
-			}
-			for i := range rounds {
-				f, v := fmt.Sprintf("%d:%d", p, i), fmt.Sprintf("v%d", i)
-				switch i % 4 {
-				case 0, 1:
-					n, err := c.HSet(ctx, "h", f, v).Result()
-					if !check("HSET "+f, n, err, 1) {
-						return
-					}
-					want[p][f] = v
-				case 2:
-					g := fmt.Sprintf("%d:%d", p, i-1)
-					n, err := c.HSet(ctx, "h", f, v, g, "again").Result()
-					if !check("HSET "+f+" "+g, n, err, 1) {
-						return
-					}
-					want[p][f], want[p][g] = v, "again"
-				case 3:
-					g := fmt.Sprintf("%d:%d", p, i-3)
-					n, err := c.HDel(ctx, "h", g, "never:"+f).Result()
-					if !check("HDEL "+g, n, err, 1) {
-						return
-					}
-					delete(want[p], g)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	got, err := ts.client().HGetAll(ctx, "h").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := map[string]string{}
-	for _, m := range want {
-		maps.Copy(all, m)
-	}
-	if !maps.Equal(got, all) {
-		t.Fatalf("HGETALL: %d fields, want %d (%v)", len(got), len(all), got)
-	}
-	if enc, err := ts.client().ObjectEncoding(ctx, "h").Result(); err != nil || enc != "hashtable" {
-		t.Errorf("OBJECT ENCODING = %q, %v; want hashtable (the test is for a converted hash)", enc, err)
 	}
 }
